@@ -1,0 +1,36 @@
+# The two commands of the README: `make reproduce` and `make test`. Both set up .venv first.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.frag-installed
+PROFILE ?= smol
+SELECT ?=
+export FRAG_PROGRESS ?= 0
+
+.PHONY: setup test test-package test-notebooks reproduce bench clean-scratch
+
+$(STAMP): requirements.txt requirements-embedded.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -r requirements.txt
+	$(PY) -m pip install --quiet --no-deps -r requirements-embedded.txt
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	$(PY) -m ipykernel install --sys-prefix --name frag --display-name "Python (frag)" > /dev/null
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+test: test-package test-notebooks
+
+test-package: $(STAMP)
+	$(PY) -m pytest tests/ -q
+
+test-notebooks: $(STAMP)
+	$(PY) -m pytest --nbval-lax notebooks/ -q -p no:cacheprovider
+
+reproduce: $(STAMP)
+	$(PY) -m frag_utils reproduce --profile $(PROFILE) $(if $(SELECT),--select $(SELECT),)
+
+bench: $(STAMP)
+	$(PY) bench/run_all.py

@@ -1,0 +1,184 @@
+"""Per-channel activation norms on forget and retain calibration text (the paper's Eq. 7).
+
+For every selected ``nn.Linear`` with weight ``[d_out, d_in]``, a forward pre-hook sees its input
+``X [B, T, d_in]`` and accumulates, per input channel ``j``:
+
+* ``seq_norm`` (default, Eq. 7): ``x_j = mean over sequences s of ||X[s, :, j]||_2``, the L2 norm
+  over that sequence's (non-padding) tokens;
+* ``wanda``: ``x_j = sqrt(sum over sequences and tokens of X^2 / N)``, Wanda's running
+  root-mean-square scaler, a different quantity offered for comparison.
+
+Padding never enters a norm: batches are right-padded and padded positions are masked out.
+Both passes (forget and retain) run the same, original model. Norms are cached to disk as
+safetensors, keyed by model, data, split, N, length, selection, template and statistic.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from . import paths
+from .prompts import PLAIN_TEMPLATE, batches, collate, encode_qa
+
+PROJECTIONS = {
+    "attn": ("q_proj", "k_proj", "v_proj", "o_proj"),
+    "mlp": ("gate_proj", "up_proj", "down_proj"),
+}
+PROJECTIONS["all"] = PROJECTIONS["attn"] + PROJECTIONS["mlp"]
+
+
+class CalibrationError(ValueError):
+    """Calibration that cannot run: empty split, unknown scope or setting."""
+
+
+@dataclass(frozen=True)
+class CalibConfig:
+    """How calibration text is chosen and summarised (defaults: the paper's appendix)."""
+
+    n: int = 128  # sequences per split (N_f = N_r)
+    max_len: int = 256  # tokens per sequence, longer ones cut
+    selection: str = "first"  # first | sample (seeded)
+    seed: int = 0  # for selection="sample"
+    chat: bool = False  # the chat template instead of plain "Question: ...\nAnswer: ..." text
+    statistic: str = "seq_norm"  # seq_norm (Eq. 7) | wanda
+    batch_size: int = 8
+
+    def __post_init__(self) -> None:
+        if self.n < 1 or self.max_len < 2 or self.batch_size < 1:
+            raise CalibrationError(f"n, max_len and batch_size must be positive, got {self}")
+        if self.selection not in ("first", "sample"):
+            raise CalibrationError(f"selection must be 'first' or 'sample', got {self.selection!r}")
+        if self.statistic not in ("seq_norm", "wanda"):
+            raise CalibrationError(f"statistic must be 'seq_norm' or 'wanda', got {self.statistic!r}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def select_modules(model: nn.Module, scope: str = "all") -> dict[str, nn.Linear]:
+    """The Linear modules FRAG and FRP work on, by name.
+
+    ``all`` is the seven projections of each block, ``mlp`` gate/up/down, ``attn`` q/k/v/o. For an
+    architecture without those names, ``all`` falls back to every ``nn.Linear`` except the
+    output head.
+    """
+    if scope not in PROJECTIONS:
+        raise CalibrationError(f"Unknown module scope {scope!r}; choose all, mlp or attn.")
+    linear = {n: m for n, m in model.named_modules() if isinstance(m, nn.Linear)}
+    chosen = {n: m for n, m in linear.items() if n.rsplit(".", 1)[-1] in PROJECTIONS[scope]}
+    if chosen:
+        return chosen
+    if scope != "all":
+        raise CalibrationError(f"This architecture has no {PROJECTIONS[scope]} modules; use scope 'all'.")
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    chosen = {n: m for n, m in linear.items() if m is not head}
+    if not chosen:
+        raise CalibrationError("The model has no nn.Linear modules to score.")
+    return chosen
+
+
+def select_records(records: Sequence[dict], config: CalibConfig) -> list[dict]:
+    """The calibration records: the first ``n`` or a seeded sample of ``n`` (all if fewer)."""
+    if len(records) == 0:
+        raise CalibrationError("The calibration split is empty: FRAG needs forget and retain text.")
+    if config.selection == "first" or len(records) <= config.n:
+        return list(records[:config.n])
+    idx = sorted(random.Random(config.seed).sample(range(len(records)), config.n))
+    return [records[i] for i in idx]
+
+
+def encode_calibration(tokenizer: Any, records: Sequence[dict], config: CalibConfig) -> list[dict]:
+    """Token ids of each calibration text, cut to ``max_len``."""
+    out = []
+    for r in records:
+        if config.chat:
+            ids = encode_qa(tokenizer, r["question"], r["answer"], chat=True)["input_ids"]
+        else:
+            ids = tokenizer(PLAIN_TEMPLATE.format(question=r["question"]) + r["answer"])["input_ids"]
+        out.append({"input_ids": list(ids)[:config.max_len]})
+    return out
+
+
+@torch.no_grad()
+def activation_norms(model: nn.Module, tokenizer: Any, records: Sequence[dict], modules: dict[str, nn.Linear],
+                     config: CalibConfig) -> dict[str, torch.Tensor]:
+    """Per-input-channel activation norms ``{module name: x [d_in]}`` (fp32) on ``records``."""
+    chosen = select_records(records, config)
+    encoded = encode_calibration(tokenizer, chosen, config)
+    device = next(model.parameters()).device
+    acc = {name: torch.zeros(m.in_features, dtype=torch.float64, device=device) for name, m in modules.items()}
+    state: dict[str, torch.Tensor] = {}
+
+    def hook(name):
+        def fn(_module, args):
+            x = args[0].float()  # [B, T, d_in]
+            sq = (x.pow(2) * state["mask"][..., None]).sum(dim=1)  # [B, d_in], padding excluded
+            acc[name] += (sq.sqrt() if config.statistic == "seq_norm" else sq).sum(dim=0).double()
+        return fn
+
+    handles = [m.register_forward_pre_hook(hook(name)) for name, m in modules.items()]
+    was_training = model.training
+    model.eval()
+    try:
+        for chunk in batches(encoded, config.batch_size):
+            batch = {k: v.to(device) for k, v in collate(chunk, tokenizer.pad_token_id, side="right").items()}
+            state["mask"] = batch["attention_mask"].float()
+            model(**batch)
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    n = len(encoded)
+    if config.statistic == "seq_norm":
+        return {k: (v / n).float().cpu() for k, v in acc.items()}
+    return {k: (v / n).sqrt().float().cpu() for k, v in acc.items()}
+
+
+def _cache_file(key: dict) -> Path:
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return paths.cache_dir() / "calibration" / f"{digest}.safetensors"
+
+
+def model_key(name_or_path: str) -> dict:
+    """What identifies a model's weights for the cache: its name, and for a directory the
+    sizes and modification times of its weight files."""
+    folder = Path(name_or_path).expanduser()
+    if folder.is_dir():
+        files = sorted(folder.glob("*.safetensors"))
+        return {"path": str(folder.resolve()),
+                "files": [(f.name, f.stat().st_size, int(f.stat().st_mtime)) for f in files]}
+    return {"name": name_or_path}
+
+
+def calibrate(model: nn.Module, tokenizer: Any, model_id: str, data_source: str, split: str,
+              records: Sequence[dict], modules: dict[str, nn.Linear], config: CalibConfig,
+              use_cache: bool = True) -> tuple[dict[str, torch.Tensor], bool]:
+    """Activation norms of one split, from the disk cache when the same key was computed before.
+
+    Returns:
+        ``(norms, from_cache)``.
+    """
+    from safetensors.torch import load_file, save_file
+
+    # the key holds the text itself (hashed), so changed data never reuses stale norms
+    text = json.dumps([[r["question"], r["answer"]] for r in select_records(records, config)])
+    key = {"model": model_key(model_id), "data": data_source, "split": split, "modules": sorted(modules),
+           "text_sha256": hashlib.sha256(text.encode()).hexdigest(), **config.as_dict()}
+    file = _cache_file(key)
+    if use_cache and file.is_file():
+        norms = load_file(str(file))
+        if set(norms) == set(modules):
+            return norms, True
+    norms = activation_norms(model, tokenizer, records, modules, config)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = file.with_suffix(".tmp")
+    save_file({k: v.contiguous() for k, v in norms.items()}, str(tmp), metadata={"key": json.dumps(key)})
+    tmp.replace(file)
+    return norms, False

@@ -1,0 +1,120 @@
+"""Command line: ``frag eval``, ``frag score``, ``frag run``, ``frag reproduce`` (also ``python -m frag_utils ...``)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+
+from .data import DataError
+from .models import ModelLoadError
+from .runs import RunError
+
+
+def _eval(args: argparse.Namespace) -> dict:
+    from . import data, metrics, models
+
+    if not args.split.startswith("forget"):
+        raise DataError(f"--split must be a forget split (forget01, forget05, forget10), got '{args.split}'.")
+    forget = data.load_split(args.data, f"{args.split}_perturbed", args.limit)
+    utility = data.load_utility_sets(args.data, args.utility_limit)
+    start = time.time()
+    model, tokenizer = models.load_model(args.model, device=args.device)
+    res = metrics.evaluate(model, tokenizer, forget, utility, max_new_tokens=args.max_new_tokens,
+                           batch_size=args.batch_size, bf16=args.bf16)
+    per_example = res.pop("per_example")
+    out = {"model": args.model, "data": args.data, "split": args.split, "n_forget": len(forget),
+           **res, "seconds": round(time.time() - start, 1)}
+    if args.per_example:
+        out["per_example"] = per_example
+    return out
+
+
+def _score(args: argparse.Namespace) -> dict:
+    from . import calibration, frag
+
+    calib = calibration.CalibConfig(n=args.n_calib, max_len=args.max_len, selection=args.selection,
+                                    seed=args.seed, chat=args.chat, statistic=args.statistic)
+    out = frag.score_pair(args.original, args.unlearned, args.data, args.forget_split, args.retain_split,
+                          args.gamma, args.modules, calib, args.device)
+    if not args.per_layer:
+        out.pop("per_layer")
+    return out
+
+
+def _run(args: argparse.Namespace) -> list[dict]:
+    from . import runs
+
+    overrides = {name: runs.parse_cli_value(value) for name, value in args.param}
+    specs = runs.plan_run(args.notebook, args.file, overrides)
+    return runs.run_grid(specs, force=args.force)
+
+
+def _reproduce(args: argparse.Namespace) -> list[dict]:
+    from . import runs
+
+    return runs.run_grid(runs.grid(args.profile), force=args.force, select=args.select)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="frag", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    ev = sub.add_parser("eval", help="ES on a forget split and Model Utility of one model")
+    ev.add_argument("--model", required=True, help="smollm2-135m, tiny, a checkpoint directory or a hub id")
+    ev.add_argument("--data", default="synthetic", help="synthetic, a directory of <config>.json, or a hub id")
+    ev.add_argument("--split", default="forget10", help="forget01, forget05 or forget10")
+    ev.add_argument("--limit", type=int, default=None, help="first N forget records only")
+    ev.add_argument("--utility-limit", type=int, default=None, help="first N records of each utility set")
+    ev.add_argument("--batch-size", type=int, default=16)
+    ev.add_argument("--max-new-tokens", type=int, default=64, help="greedy answer length for ROUGE")
+    ev.add_argument("--device", default="cpu")
+    ev.add_argument("--bf16", action="store_true", help="bf16 autocast (faster, argmax may differ slightly)")
+    ev.add_argument("--per-example", action="store_true", help="include per-example values")
+    ev.add_argument("--json", action="store_true", help="print JSON only (the default output is JSON too)")
+    ev.set_defaults(func=_eval)
+
+    sc = sub.add_parser("score", help="FRAG and L2 of an unlearned checkpoint against its original")
+    sc.add_argument("--original", required=True, help="hub id, checkpoint directory or embedded name")
+    sc.add_argument("--unlearned", required=True, help="hub id or checkpoint directory (safetensors)")
+    sc.add_argument("--data", default="synthetic")
+    sc.add_argument("--forget-split", default="forget10")
+    sc.add_argument("--retain-split", default=None, help="default: the matching retainXX")
+    sc.add_argument("--gamma", type=float, default=1.0, help="FRAG = A_f - gamma * A_r (0: the printed Table 3)")
+    sc.add_argument("--modules", default="all", choices=["all", "mlp", "attn"])
+    sc.add_argument("--n-calib", type=int, default=128, help="calibration sequences per split")
+    sc.add_argument("--max-len", type=int, default=256, help="tokens per calibration sequence")
+    sc.add_argument("--selection", default="first", choices=["first", "sample"])
+    sc.add_argument("--seed", type=int, default=0, help="for --selection sample")
+    sc.add_argument("--chat", action="store_true", help="chat template instead of plain Question/Answer text")
+    sc.add_argument("--statistic", default="seq_norm", choices=["seq_norm", "wanda"])
+    sc.add_argument("--device", default="cpu")
+    sc.add_argument("--per-layer", action="store_true", help="include every layer's share")
+    sc.add_argument("--json", action="store_true", help="print JSON (the default output is JSON too)")
+    sc.set_defaults(func=_score)
+
+    run = sub.add_parser("run", help="run one notebook through papermill, parameters checked")
+    run.add_argument("notebook", help="e.g. 02_target_and_gold")
+    run.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
+    run.add_argument("-f", "--file", help="YAML parameter file (a path, or relative to papermill_runs/params)")
+    run.add_argument("--force", action="store_true", help="rerun even if a complete record exists")
+    run.set_defaults(func=_run)
+
+    rep = sub.add_parser("reproduce", help="run a profile's grid (resumable)")
+    rep.add_argument("--profile", default="smol", help="tiny, smol or paper")
+    rep.add_argument("--select", default=None, help="only runs whose '<notebook>/<run>' contains this")
+    rep.add_argument("--force", action="store_true")
+    rep.set_defaults(func=_reproduce)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        out = args.func(args)
+    except (DataError, ModelLoadError, RunError, ValueError) as err:  # FragError, CalibrationError too
+        print(f"frag {args.command}: error: {err}", file=sys.stderr)
+        return 2
+    if args.command in ("eval", "score"):
+        print(json.dumps(out, indent=1))
+    return 0

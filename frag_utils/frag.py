@@ -1,0 +1,306 @@
+"""FRAG, the Forget-Retain Alignment Gap (the paper's Eq. 5), and the global L2 predictor.
+
+For each scored Linear layer with original weight ``W0 [d_out, d_in]``, unlearned weight ``Wu``
+and calibration norms ``x^f, x^r [d_in]``::
+
+    F = |W0| * x^f / (x^r + eps)        forget importance
+    R = |W0| * x^r / (x^f + eps)        retain importance
+    D = (Wu - W0)^2                     where the update went
+
+    A_f = cos(F, D),  A_r = cos(R, D),  FRAG = A_f - gamma * A_r
+
+with one global cosine over all scored layers: the three inner products and squared norms are
+accumulated layer by layer (never per-layer cosines averaged). ``Wu`` is read tensor by tensor
+from its safetensors files and never built as a model; sums are accumulated in float64
+whatever the checkpoint dtype (differences are taken in float64 too), so peak memory stays near one model plus one tensor.
+
+The paper's printed Table 3 follows ``A_f`` alone (``gamma = 0``), not Eq. 5; both are reported.
+"""
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import torch
+from torch import nn
+
+EPS = 1e-6
+
+
+class FragError(ValueError):
+    """Inputs FRAG cannot score, with what is wrong: no number is returned for them."""
+
+
+class SafetensorsCheckpoint:
+    """Lazy, tensor-by-tensor access to a checkpoint directory's safetensors files (sharded or not)."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        index = self.folder / "model.safetensors.index.json"
+        if index.is_file():
+            weight_map = json.loads(index.read_text())["weight_map"]
+            self.file_of = {k: self.folder / f for k, f in weight_map.items()}
+        else:
+            files = sorted(self.folder.glob("*.safetensors"))
+            if not files:
+                raise FragError(f"{self.folder} holds no .safetensors files: save checkpoints with "
+                                "save_pretrained(safe_serialization=True) or frag_utils.models.save_checkpoint.")
+            from safetensors import safe_open
+
+            self.file_of = {}
+            for f in files:
+                with safe_open(str(f), framework="pt") as h:
+                    self.file_of.update({k: f for k in h.keys()})
+        self._open: dict[Path, object] = {}
+
+    def keys(self) -> list[str]:
+        return list(self.file_of)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.file_of
+
+    def get(self, key: str) -> torch.Tensor:
+        from safetensors import safe_open
+
+        f = self.file_of[key]
+        if f not in self._open:
+            self._open[f] = safe_open(str(f), framework="pt")
+        return self._open[f].get_tensor(key)
+
+    def size_bytes(self) -> int:
+        return sum(f.stat().st_size for f in set(self.file_of.values()))
+
+    def config(self) -> dict | None:
+        file = self.folder / "config.json"
+        return json.loads(file.read_text()) if file.is_file() else None
+
+
+@dataclass
+class FragResult:
+    """FRAG, its two cosines, the L2 distances, and each layer's share of the inner products."""
+
+    frag: float
+    a_f: float
+    a_r: float
+    gamma: float
+    l2_all: float  # over every shared state-dict tensor (embeddings and norms included)
+    l2_scored: float  # over the scored modules only
+    per_layer: list[dict] = field(default_factory=list)
+    per_type: dict[str, dict] = field(default_factory=dict)
+    n_scored_params: int = 0
+
+    def with_gamma(self, gamma: float) -> float:
+        """FRAG at another gamma (``gamma = 0`` gives the printed Table 3 values, ``A_f``)."""
+        return self.a_f - gamma * self.a_r
+
+    def summary(self) -> dict:
+        return {"frag": self.frag, "a_f": self.a_f, "a_r": self.a_r, "gamma": self.gamma,
+                "frag_gamma0": self.with_gamma(0.0), "frag_x100": 100 * self.frag, "a_f_x100": 100 * self.a_f,
+                "a_r_x100": 100 * self.a_r, "l2_all": self.l2_all, "l2_scored": self.l2_scored,
+                "n_scored_params": self.n_scored_params}
+
+
+def _check_finite(t: torch.Tensor, what: str) -> None:
+    if not torch.isfinite(t).all():
+        raise FragError(f"{what} contains NaN or inf values; FRAG is not defined for it.")
+
+
+def importance(w0: torch.Tensor, xf: torch.Tensor, xr: torch.Tensor, eps: float = EPS) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forget and retain importance of one layer.
+
+    Args:
+        w0: original weight [d_out, d_in].
+        xf, xr: activation norms on forget and retain text [d_in].
+    Returns:
+        ``(F, R)``, each [d_out, d_in].
+    """
+    a = w0.abs() if w0.is_floating_point() else w0.abs().float()
+    return a * (xf / (xr + eps))[None, :], a * (xr / (xf + eps))[None, :]
+
+
+def _module_type(name: str) -> str:
+    return name.rsplit(".", 1)[-1]
+
+
+def compute_frag(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckpoint | dict[str, torch.Tensor],
+                 xf: dict[str, torch.Tensor], xr: dict[str, torch.Tensor], gamma: float = 1.0,
+                 eps: float = EPS) -> FragResult:
+    """FRAG of an update, streaming over layers.
+
+    Args:
+        original: the original model's state dict (``name.weight`` -> tensor).
+        unlearned: the unlearned weights, as a lazy checkpoint or a state dict.
+        xf, xr: calibration norms by module name (the scored modules).
+        gamma: weight of the retain cosine (1 in Eq. 5; 0 reproduces the printed Table 3).
+    Raises:
+        FragError: shapes or architectures differ, a module is missing, NaN/inf weights, an empty
+            calibration, or identical checkpoints (D = 0, FRAG undefined).
+    """
+    if not xf or set(xf) != set(xr):
+        raise FragError("Forget and retain calibration must cover the same, non-empty set of modules.")
+    get = unlearned.get if isinstance(unlearned, SafetensorsCheckpoint) else unlearned.__getitem__
+    keys = set(unlearned.keys())
+    fd = rd = ff = rr = dd = 0.0
+    per_layer = []
+    n_params = 0
+    for name in sorted(xf):
+        key = f"{name}.weight"
+        if key not in original:
+            raise FragError(f"Module '{name}' is not in the original model.")
+        if key not in keys:
+            raise FragError(f"Module '{name}' is missing from the unlearned checkpoint: the two checkpoints "
+                            "do not share an architecture.")
+        w0, wu = original[key].cpu(), get(key)
+        if w0.shape != wu.shape:
+            raise FragError(f"'{key}' has shape {tuple(w0.shape)} in the original and {tuple(wu.shape)} in "
+                            "the unlearned checkpoint: different architectures cannot be compared.")
+        if xf[name].numel() != w0.shape[1] or xr[name].numel() != w0.shape[1]:
+            raise FragError(f"Calibration norms of '{name}' do not match its input width {w0.shape[1]}.")
+        _check_finite(w0, f"The original '{key}'")
+        _check_finite(wu, f"The unlearned '{key}'")
+        _check_finite(xf[name], f"The forget calibration norm of '{name}'")
+        _check_finite(xr[name], f"The retain calibration norm of '{name}'")
+        f, r = importance(w0.double(), xf[name].double().cpu(), xr[name].double().cpu(), eps)
+        # the original is rounded to the checkpoint's dtype first (a bf16 checkpoint of an fp32
+        # model would otherwise show rounding noise on every weight as an update)
+        d = (wu.double() - w0.to(wu.dtype).double()).pow(2)
+        layer = {"module": name, "type": _module_type(name),
+                 "fd": float((f * d).sum(dtype=torch.float64)), "rd": float((r * d).sum(dtype=torch.float64)),
+                 "ff": float(f.pow(2).sum(dtype=torch.float64)), "rr": float(r.pow(2).sum(dtype=torch.float64)),
+                 "dd": float(d.pow(2).sum(dtype=torch.float64)), "sq_diff": float(d.sum(dtype=torch.float64))}
+        fd, rd, ff, rr, dd = fd + layer["fd"], rd + layer["rd"], ff + layer["ff"], rr + layer["rr"], dd + layer["dd"]
+        n_params += w0.numel()
+        per_layer.append(layer)
+    if dd == 0.0:
+        raise FragError("The unlearned weights equal the original ones on every scored module (D = 0): "
+                        "FRAG is undefined for identical checkpoints.")
+    if ff == 0.0 or rr == 0.0:
+        raise FragError("Forget or retain importance is zero everywhere: check the calibration norms.")
+    nf, nr = math.sqrt(ff * dd), math.sqrt(rr * dd)
+    a_f, a_r = fd / nf, rd / nr
+    if not (math.isfinite(a_f) and math.isfinite(a_r)):
+        raise FragError(f"The cosines are not finite (A_f={a_f}, A_r={a_r}): check weights and calibration.")
+    per_type: dict[str, dict] = defaultdict(lambda: {"a_f_share": 0.0, "a_r_share": 0.0, "sq_diff": 0.0})
+    for layer in per_layer:
+        layer["a_f_share"], layer["a_r_share"] = layer["fd"] / nf, layer["rd"] / nr  # sums to A_f, A_r
+        t = per_type[layer["type"]]
+        t["a_f_share"] += layer["a_f_share"]
+        t["a_r_share"] += layer["a_r_share"]
+        t["sq_diff"] += layer["sq_diff"]
+    l2_scored = math.sqrt(sum(layer["sq_diff"] for layer in per_layer))
+    return FragResult(frag=a_f - gamma * a_r, a_f=a_f, a_r=a_r, gamma=gamma, l2_all=global_l2(original, unlearned),
+                      l2_scored=l2_scored, per_layer=per_layer, per_type=dict(per_type), n_scored_params=n_params)
+
+
+def global_l2(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckpoint | dict[str, torch.Tensor]) -> float:
+    """sqrt of the summed squared difference over every tensor both hold (embeddings, norms included).
+
+    A tied output head stored once counts once.
+    """
+    get = unlearned.get if isinstance(unlearned, SafetensorsCheckpoint) else unlearned.__getitem__
+    shared = sorted(set(original) & set(unlearned.keys()))
+    if not shared:
+        raise FragError("The two checkpoints share no tensor names: different architectures.")
+    total = 0.0
+    for key in shared:
+        a, b = original[key].cpu(), get(key)
+        if a.shape != b.shape:
+            raise FragError(f"'{key}' has shape {tuple(a.shape)} in the original and {tuple(b.shape)} in the "
+                            "unlearned checkpoint: different architectures cannot be compared.")
+        _check_finite(a, f"The original '{key}'")
+        _check_finite(b, f"The unlearned '{key}'")
+        a, b = a.to(b.dtype).reshape(-1), b.reshape(-1)
+        for start in range(0, a.numel(), 1 << 22):  # blocks keep the float64 copies small
+            total += float((b[start:start + (1 << 22)].double() - a[start:start + (1 << 22)].double()).pow(2).sum())
+    return math.sqrt(total)
+
+
+def state_dict_of(model: nn.Module) -> dict[str, torch.Tensor]:
+    """The model's state dict, detached, each tied tensor once (under its first name), as
+    ``save_pretrained`` stores it: a tied output head is not counted twice in the L2."""
+    out, seen = {}, set()
+    for k, v in model.state_dict().items():
+        if v.data_ptr() in seen:
+            continue
+        seen.add(v.data_ptr())
+        out[k] = v.detach()
+    return out
+
+
+def iter_layers(result: FragResult) -> Iterator[dict]:
+    """Per-layer rows with the block index parsed from the module name, for tables and plots."""
+    for layer in result.per_layer:
+        parts = layer["module"].split(".")
+        block = next((int(p) for p in parts if p.isdigit()), -1)
+        yield {"block": block, **layer}
+
+
+def checkpoint_folder(name_or_path: str) -> Path:
+    """The safetensors directory of a checkpoint: a local directory, an embedded name, or a hub id."""
+    from . import models
+
+    if name_or_path == models.SMOLLM2:
+        return models._smollm2_cache()
+    if name_or_path == models.TINY:
+        raise FragError("'tiny' is built in memory and has no files: save it with models.save_checkpoint first.")
+    folder = Path(name_or_path).expanduser()
+    if folder.is_dir():
+        return folder
+    if name_or_path.startswith((".", "/", "~")):
+        raise FragError(f"Checkpoint directory '{name_or_path}' does not exist.")
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(name_or_path, allow_patterns=["*.safetensors", "*.json"]))
+    except Exception as err:  # offline, gated or unknown repository
+        raise FragError(f"Could not fetch '{name_or_path}' from the Hugging Face hub ({err.__class__.__name__}). "
+                        "Without network access pass a local checkpoint directory.") from None
+
+
+def score_pair(original: str, unlearned: str, data_source: str = "synthetic", forget_split: str = "forget10",
+               retain_split: str | None = None, gamma: float = 1.0, scope: str = "all",
+               calib: Any = None, device: str = "cpu") -> dict:
+    """FRAG, A_f, A_r and both L2 distances of ``unlearned`` against ``original``, with timings.
+
+    Calibration runs the original model on forget and retain text; the unlearned checkpoint is
+    only streamed from disk.
+    """
+    import time
+
+    from . import calibration, data, models
+
+    timings = {}
+    calib = calib or calibration.CalibConfig()
+    retain_split = retain_split or data.matching_retain(forget_split)
+    t = time.perf_counter()
+    folder = checkpoint_folder(unlearned)
+    ckpt = SafetensorsCheckpoint(folder)
+    model, tokenizer = models.load_model(original, device=device)
+    cfg_a, cfg_b = model.config.to_dict(), ckpt.config() or {}
+    for key in ("model_type", "hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size"):
+        if key in cfg_a and key in cfg_b and cfg_a[key] != cfg_b[key]:
+            raise FragError(f"The checkpoints differ in architecture: {key} is {cfg_a[key]} in the original "
+                            f"and {cfg_b[key]} in the unlearned one.")
+    timings["load_seconds"] = time.perf_counter() - t
+    modules = calibration.select_modules(model, scope)
+    t = time.perf_counter()
+    norms = {}
+    for role, split in (("forget", forget_split), ("retain", retain_split)):
+        recs = data.load_split(data_source, split)
+        norms[role], cached = calibration.calibrate(model, tokenizer, original, data_source, split, recs,
+                                                    modules, calib)
+        timings[f"calibration_{role}_cached"] = cached
+    timings["calibration_seconds"] = time.perf_counter() - t
+    t = time.perf_counter()
+    result = compute_frag(state_dict_of(model), ckpt, norms["forget"], norms["retain"], gamma)
+    timings["comparison_seconds"] = time.perf_counter() - t
+    return {"original": original, "unlearned": unlearned, **result.summary(), "per_type": result.per_type,
+            "per_layer": [{k: v for k, v in row.items() if k in ("module", "a_f_share", "a_r_share", "sq_diff")}
+                          for row in result.per_layer],
+            "calibration": {"data": data_source, "forget_split": forget_split, "retain_split": retain_split,
+                            "scope": scope, **calib.as_dict()},
+            "timings": timings}

@@ -1,0 +1,327 @@
+"""TOFU metrics as the OpenUnlearning evaluator defines them.
+
+* Extraction Strength (ES): ``1 - k/|y|``, ``k`` the smallest prefix length of the answer ``y``
+  from which greedy continuation reproduces the rest. Computed in one teacher-forced pass:
+  greedy continuation from ``y[:k]`` reproduces ``y[k:]`` exactly when every argmax from
+  position ``k`` on equals the next answer token. The final end-of-turn token is not part of
+  ``y``. When not even the last token matches, ``ES = 1/|y|`` (as OpenUnlearning).
+  :func:`extraction_strength_by_generation` is the slow definition, for tests and benchmarks.
+* Probability: ``exp(-mean answer-token NLL)`` (answer tokens + end of turn).
+* Truth Ratio: ``P_w / P_c`` with ``P_c`` from the paraphrased answer (the answer itself where no
+  paraphrase exists) and ``P_w`` the geometric mean over perturbed answers, all per-token
+  normalised. Retain-side aggregate ``mean(max(0, 1 - TR))``; forget-side ``mean(min(TR, 1/TR))``.
+* ROUGE-L recall of the greedy answer (``rouge-score`` with a stemmer).
+* Model Utility: harmonic mean of {probability, ROUGE-L recall, Truth Ratio} on
+  {retain_perturbed, real_authors_perturbed, world_facts_perturbed}; on the last two the
+  probability is normalised against the perturbed answers, ``P_c / (P_c + sum P_w)``.
+
+Every metric returns per-example values and the aggregate.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from .prompts import IGNORE, batches, collate, encode_qa, end_of_turn_id, prompt_ids
+
+UTILITY_SETS = ("retain_perturbed", "real_authors_perturbed", "world_facts_perturbed")
+
+
+@dataclass
+class AnswerStats:
+    """Teacher-forced statistics of one answer: per-token log-probs and argmax hits, [n]."""
+
+    logprobs: torch.Tensor  # [n] log p(y_t | prompt, y_<t), answer tokens then end of turn
+    hits: torch.Tensor  # [n] bool, argmax == y_t
+
+    @property
+    def avg_nll(self) -> float:
+        return float(-self.logprobs.mean())
+
+
+def _autocast(enabled: bool, device: torch.device):
+    # bf16 autocast rounds the logits too: faster, but probabilities can move by a few percent
+    # per token and argmax near ties; the recorded runs evaluate in fp32.
+    if not enabled:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+
+
+@torch.no_grad()
+def answer_stats(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], batch_size: int = 16,
+                 chat: bool = True, bf16: bool = False) -> list[AnswerStats]:
+    """One teacher-forced pass per batch over (question, answer) pairs.
+
+    Returns:
+        One :class:`AnswerStats` per pair, in order.
+    """
+    if len(pairs) == 0:
+        raise ValueError("No records to score: the split is empty.")
+    device = next(model.parameters()).device
+    encoded = [encode_qa(tokenizer, q, a, chat) for q, a in pairs]
+    out: list[AnswerStats] = []
+    for chunk in batches(encoded, batch_size):
+        batch = collate(chunk, tokenizer.pad_token_id, side="right")
+        batch = {k: v.to(device) for k, v in batch.items()}
+        with _autocast(bf16, device):
+            logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits
+        logits = logits[:, :-1].float()  # position t predicts token t+1
+        targets = batch["labels"][:, 1:]
+        logp = torch.log_softmax(logits, dim=-1)
+        for i in range(len(chunk)):
+            keep = targets[i] != IGNORE
+            tgt = targets[i][keep]
+            lp = logp[i][keep]
+            out.append(AnswerStats(lp.gather(-1, tgt[:, None])[:, 0].cpu(),
+                                   (lp.argmax(-1) == tgt).cpu()))
+    return out
+
+
+def es_from_hits(hits: torch.Tensor) -> float:
+    """ES of one answer from its argmax hits [n] over answer tokens (end of turn excluded).
+
+    ``k`` is ``n`` minus the length of the trailing run of hits; with no trailing hit ``k = n - 1``.
+    """
+    n = int(hits.numel())
+    if n == 0:
+        raise ValueError("ES needs at least one answer token.")
+    run = 0
+    for h in reversed(hits.tolist()):
+        if not h:
+            break
+        run += 1
+    k = n - run if run > 0 else n - 1
+    return 1.0 - k / n
+
+
+def es_and_probability(model: Any, tokenizer: Any, records: Sequence[dict], batch_size: int = 16,
+                       chat: bool = True, bf16: bool = False) -> tuple[dict, dict]:
+    """Extraction Strength and answer probability from one teacher-forced pass over ``records``.
+
+    Returns:
+        ``(es, probability)``, each ``{"value": mean, "per_example": [...]}``.
+    """
+    stats = answer_stats(model, tokenizer, [(r["question"], r["answer"]) for r in records],
+                         batch_size, chat, bf16)
+    es = [es_from_hits(s.hits[:-1]) for s in stats]  # the end-of-turn token is not part of y
+    prob = [math.exp(-s.avg_nll) for s in stats]
+    return ({"value": float(np.mean(es)), "per_example": es},
+            {"value": float(np.mean(prob)), "per_example": prob})
+
+
+def extraction_strength(model: Any, tokenizer: Any, records: Sequence[dict], batch_size: int = 16,
+                        chat: bool = True, bf16: bool = False) -> dict:
+    """Extraction Strength over ``records`` (question/answer), one teacher-forced pass.
+
+    Returns:
+        ``{"value": mean ES, "per_example": [ES, ...]}``.
+    """
+    return es_and_probability(model, tokenizer, records, batch_size, chat, bf16)[0]
+
+
+@torch.no_grad()
+def extraction_strength_by_generation(model: Any, tokenizer: Any, records: Sequence[dict],
+                                      chat: bool = True) -> dict:
+    """ES by its definition: greedy generation from every prefix of the answer (slow).
+
+    For k = 0, 1, ...: generate ``|y| - k`` tokens greedily after prompt + ``y[:k]`` and stop at the
+    first k whose continuation equals ``y[k:]``. Batch size 1, no padding.
+    """
+    device = next(model.parameters()).device
+    values = []
+    for r in records:
+        enc = encode_qa(tokenizer, r["question"], r["answer"], chat)
+        p, y = enc["input_ids"][:enc["prompt_len"]], enc["input_ids"][enc["prompt_len"]:-1]
+        n = len(y)
+        k_found = n - 1
+        for k in range(n):
+            ids = torch.tensor([p + y[:k]], device=device)
+            gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=n - k,
+                                 do_sample=False, pad_token_id=tokenizer.pad_token_id)
+            if gen[0, ids.shape[1]:].tolist() == y[k:]:
+                k_found = k
+                break
+        values.append(1.0 - k_found / n)
+    return {"value": float(np.mean(values)), "per_example": values}
+
+
+def probability(model: Any, tokenizer: Any, records: Sequence[dict], batch_size: int = 16,
+                chat: bool = True, bf16: bool = False) -> dict:
+    """Answer probability ``exp(-mean answer-token NLL)`` per example and its mean."""
+    return es_and_probability(model, tokenizer, records, batch_size, chat, bf16)[1]
+
+
+def correct_and_wrong_nll(model: Any, tokenizer: Any, records: Sequence[dict], batch_size: int = 16,
+                          chat: bool = True, bf16: bool = False, correct_key: str = "answer"
+                          ) -> tuple[np.ndarray, np.ndarray]:
+    """Per-token NLL of the correct answer [N] and of each perturbed answer [N, P]."""
+    n_wrong = {len(r["perturbed_answer"]) for r in records}
+    if len(n_wrong) != 1:
+        raise ValueError(f"Every record needs the same number of perturbed answers, found {sorted(n_wrong)}.")
+    correct = answer_stats(model, tokenizer, [(r["question"], r[correct_key]) for r in records],
+                           batch_size, chat, bf16)
+    flat = [(r["question"], w) for r in records for w in r["perturbed_answer"]]
+    wrong = answer_stats(model, tokenizer, flat, batch_size, chat, bf16)
+    c = np.array([s.avg_nll for s in correct])
+    w = np.array([s.avg_nll for s in wrong]).reshape(len(records), n_wrong.pop())
+    return c, w
+
+
+def truth_ratio_from_nll(correct_nll: np.ndarray, wrong_nll: np.ndarray, aggregator: str) -> dict:
+    """Truth Ratio from per-token NLLs: correct [N], perturbed [N, P].
+
+    ``P_w`` is the geometric mean over perturbed answers of their per-token probabilities,
+    ``exp(-mean_j nll_j)``; ``TR = P_w / P_c``.
+    """
+    if aggregator not in ("true_better", "closer_to_1_better"):
+        raise ValueError(f"Unknown truth-ratio aggregator {aggregator!r}.")
+    tr = np.exp(correct_nll - wrong_nll.mean(axis=1))  # in log space: no 0/0 at very high NLL
+    agg = np.maximum(0.0, 1.0 - tr).mean() if aggregator == "true_better" else np.minimum(tr, 1.0 / tr).mean()
+    return {"value": float(agg), "per_example": tr.tolist()}
+
+
+def truth_ratio(model: Any, tokenizer: Any, records: Sequence[dict], aggregator: str = "true_better",
+                batch_size: int = 16, chat: bool = True, bf16: bool = False) -> dict:
+    """Truth Ratio ``TR = P_w / P_c`` per example, aggregated.
+
+    Args:
+        records: need ``perturbed_answer`` [P strings]; ``paraphrased_answer`` is used for ``P_c``
+            when present, the answer otherwise.
+        aggregator: ``true_better`` (retain side: ``mean(max(0, 1 - TR))``) or
+            ``closer_to_1_better`` (forget side: ``mean(min(TR, 1/TR))``).
+    """
+    with_p = [{**r, "_correct": r.get("paraphrased_answer") or r["answer"]} for r in records]  # per record
+    c, w = correct_and_wrong_nll(model, tokenizer, with_p, batch_size, chat, bf16, "_correct")
+    return truth_ratio_from_nll(c, w, aggregator)
+
+
+def probability_with_options_from_nll(correct_nll: np.ndarray, wrong_nll: np.ndarray) -> dict:
+    """``P_c / (P_c + sum_j P_w,j)`` with per-token probabilities ``exp(-nll)``."""
+    values = 1.0 / (1.0 + np.exp(correct_nll[:, None] - wrong_nll).sum(axis=1))  # = P_c / (P_c + sum P_w)
+    return {"value": float(values.mean()), "per_example": values.tolist()}
+
+
+def probability_with_options(model: Any, tokenizer: Any, records: Sequence[dict], batch_size: int = 16,
+                             chat: bool = True, bf16: bool = False) -> dict:
+    """Correct-answer probability normalised against the perturbed ones, ``P_c / (P_c + sum P_w)``."""
+    return probability_with_options_from_nll(
+        *correct_and_wrong_nll(model, tokenizer, records, batch_size, chat, bf16, "answer"))
+
+
+@torch.no_grad()
+def generate_answers(model: Any, tokenizer: Any, questions: Sequence[str], max_new_tokens: int = 64,
+                     batch_size: int = 16, chat: bool = True, bf16: bool = False) -> list[str]:
+    """Greedy answers, cut at the end of turn, special tokens removed."""
+    device = next(model.parameters()).device
+    eot = end_of_turn_id(tokenizer)
+    out: list[str] = []
+    for chunk in batches(list(questions), batch_size):
+        batch = collate([{"input_ids": prompt_ids(tokenizer, q, chat)} for q in chunk],
+                        tokenizer.pad_token_id, side="left")
+        batch = {k: v.to(device) for k, v in batch.items()}
+        with _autocast(bf16, device):
+            gen = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
+                                 eos_token_id=eot, pad_token_id=tokenizer.pad_token_id)
+        for row in gen[:, batch["input_ids"].shape[1]:]:
+            row = row.tolist()
+            if eot in row:
+                row = row[:row.index(eot)]
+            out.append(tokenizer.decode(row, skip_special_tokens=True).strip())
+    return out
+
+
+_SCORER = None
+
+
+def rouge_l_recall(prediction: str, reference: str) -> float:
+    """ROUGE-L recall of ``prediction`` against ``reference``, with a Porter stemmer."""
+    global _SCORER
+    if _SCORER is None:
+        from rouge_score import rouge_scorer
+
+        _SCORER = rouge_scorer.RougeScorer(["rougeL"], use_stemmer=True)
+    return float(_SCORER.score(reference, prediction)["rougeL"].recall)
+
+
+def rouge(model: Any, tokenizer: Any, records: Sequence[dict], max_new_tokens: int = 64,
+          batch_size: int = 16, chat: bool = True, bf16: bool = False) -> dict:
+    """ROUGE-L recall of greedy answers against the reference answers."""
+    gens = generate_answers(model, tokenizer, [r["question"] for r in records], max_new_tokens,
+                            batch_size, chat, bf16)
+    values = [rouge_l_recall(g, r["answer"]) for g, r in zip(gens, records)]
+    return {"value": float(np.mean(values)), "per_example": values, "generations": gens}
+
+
+def harmonic_mean(values: Sequence[float]) -> float:
+    """Harmonic mean; 0 when any value is 0 (as scipy's hmean)."""
+    arr = np.asarray(values, dtype=float)
+    if arr.size == 0 or not np.all(np.isfinite(arr)):
+        raise ValueError(f"harmonic mean needs finite values, got {values}")
+    if np.any(arr < 0):
+        raise ValueError("harmonic mean of negative values")
+    if np.any(arr == 0):
+        return 0.0
+    return float(len(arr) / np.sum(1.0 / arr))
+
+
+def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], max_new_tokens: int = 64,
+                  batch_size: int = 16, chat: bool = True, bf16: bool = False) -> dict:
+    """Model Utility and the nine numbers it is the harmonic mean of.
+
+    Args:
+        sets: ``retain_perturbed``, ``real_authors_perturbed`` and ``world_facts_perturbed`` records.
+    Returns:
+        ``{"model_utility": float, "components": {"<set>/<metric>": float}, "per_example": {...}}``.
+    """
+    missing = [s for s in UTILITY_SETS if s not in sets]
+    if missing:
+        raise ValueError(f"Model Utility needs the sets {list(UTILITY_SETS)}; missing {missing}.")
+    components, per_example = {}, {}
+    kw = dict(batch_size=batch_size, chat=chat, bf16=bf16)
+    for name in UTILITY_SETS:
+        recs = sets[name]
+        if name == "retain_perturbed":
+            results = {"probability": probability(model, tokenizer, recs, **kw),
+                       "truth_ratio": truth_ratio(model, tokenizer, recs, "true_better", **kw)}
+        else:  # no paraphrase: both numbers come from the same answer/perturbed NLLs
+            c, w = correct_and_wrong_nll(model, tokenizer, recs, correct_key="answer", **kw)
+            results = {"probability": probability_with_options_from_nll(c, w),
+                       "truth_ratio": truth_ratio_from_nll(c, w, "true_better")}
+        results["rouge"] = rouge(model, tokenizer, recs, max_new_tokens, **kw)
+        for metric, res in results.items():
+            components[f"{name}/{metric}"] = res["value"]
+            per_example[f"{name}/{metric}"] = res["per_example"]
+    return {"model_utility": harmonic_mean(list(components.values())), "components": components,
+            "per_example": per_example}
+
+
+def evaluate(model: Any, tokenizer: Any, forget_records: Sequence[dict], utility_sets: dict,
+             max_new_tokens: int = 64, batch_size: int = 16, chat: bool = True, bf16: bool = False) -> dict:
+    """ES and forget-side metrics on a forget split, plus Model Utility.
+
+    Args:
+        forget_records: records of ``forgetXX_perturbed`` (question, answer, paraphrased and
+            perturbed answers).
+        utility_sets: the three Model Utility sets.
+    Returns:
+        A flat summary (``es``, ``model_utility``, ``forget_probability``, ``forget_rouge``,
+        ``forget_truth_ratio`` and the nine utility components) plus ``per_example``.
+    """
+    kw = dict(batch_size=batch_size, chat=chat, bf16=bf16)
+    es, fprob = es_and_probability(model, tokenizer, forget_records, **kw)
+    frouge = rouge(model, tokenizer, forget_records, max_new_tokens, **kw)
+    ftr = truth_ratio(model, tokenizer, forget_records, "closer_to_1_better", **kw)
+    mu = model_utility(model, tokenizer, utility_sets, max_new_tokens, **kw)
+    summary = {"es": es["value"], "model_utility": mu["model_utility"],
+               "forget_probability": fprob["value"], "forget_rouge": frouge["value"],
+               "forget_truth_ratio": ftr["value"], **mu["components"]}
+    summary["per_example"] = {"es": es["per_example"], "forget_probability": fprob["per_example"],
+                              "forget_rouge": frouge["per_example"],
+                              "forget_generations": frouge["generations"],
+                              "forget_truth_ratio": ftr["per_example"], **mu["per_example"]}
+    return summary

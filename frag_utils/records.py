@@ -1,0 +1,127 @@
+"""Seeding, provenance, and the one writer every result and table goes through.
+
+Each artifact is written atomically (temporary file, then rename) so a crash never leaves a
+half-written record, and carries its provenance: source notebook, parameters, seed, git commit,
+package versions, device and threads.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import random
+import subprocess
+import sys
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from . import paths
+
+TRACKED_PACKAGES = ("torch", "transformers", "accelerate", "peft", "datasets", "safetensors",
+                    "numpy", "scipy", "pandas", "rouge-score", "papermill", "lm_eval")
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    os.environ["PYTHONHASHSEED"] = str(seed)
+
+
+def git_commit() -> dict:
+    """The repository's HEAD commit and whether the work tree had uncommitted changes."""
+    def git(*args):
+        return subprocess.run(["git", *args], cwd=paths.REPO_ROOT, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+    try:
+        return {"commit": git("rev-parse", "HEAD") or None,
+                "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def environment() -> dict:
+    """Versions, device and thread count, for the record."""
+    versions = {}
+    for name in TRACKED_PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    return {
+        "python": sys.version.split()[0], "platform": platform.platform(), "packages": versions,
+        "device": "cuda:" + torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
+        "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+    }
+
+
+def provenance(source: str, params: dict | None = None, seed: int | None = None) -> dict:
+    """Everything needed to say where an artifact came from."""
+    return {"source": source, "params": params or {}, "seed": seed, "git": git_commit(),
+            "environment": environment(),
+            "written_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def _to_jsonable(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {str(k): _to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_to_jsonable(v) for v in obj]
+    if isinstance(obj, (np.floating, np.integer)):
+        return obj.item()
+    if isinstance(obj, torch.Tensor):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return path
+
+
+def write_json(path: str | Path, results: Any, prov: dict) -> Path:
+    """Write ``{"provenance": prov, "results": results}`` as JSON, atomically."""
+    payload = {"provenance": prov, "results": _to_jsonable(results)}
+    return atomic_write_text(path, json.dumps(payload, indent=1, sort_keys=True, allow_nan=True) + "\n")
+
+
+def read_json(path: str | Path) -> dict:
+    """Read a record written by :func:`write_json`; returns the whole payload."""
+    return json.loads(Path(path).read_text())
+
+
+def write_table(df: Any, stem: str | Path, prov: dict, sort_by: list[str] | None = None,
+                floatfmt: str = ".3f") -> dict[str, Path]:
+    """Write a pandas table as Markdown, LaTeX and CSV, with a provenance file next to them.
+
+    Args:
+        df: the table.
+        stem: path without suffix, e.g. ``papermill_runs/02_target_and_gold/smol/table``.
+        sort_by: columns giving a complete sort key (rows are sorted before saving).
+    Returns:
+        The paths written, by format.
+    """
+    stem = Path(stem)
+    if sort_by:
+        df = df.sort_values(sort_by, kind="stable").reset_index(drop=True)
+    out = {
+        "md": atomic_write_text(stem.with_suffix(".md"), df.to_markdown(index=False, floatfmt=floatfmt) + "\n"),
+        "csv": atomic_write_text(stem.with_suffix(".csv"), df.to_csv(index=False, float_format="%.6g")),
+        "tex": atomic_write_text(stem.with_suffix(".tex"),
+                                 df.to_latex(index=False, float_format=lambda x: format(x, floatfmt))),
+    }
+    write_json(stem.with_suffix(".provenance.json"), {"files": [p.name for p in out.values()]}, prov)
+    return out

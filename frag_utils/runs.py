@@ -1,0 +1,232 @@
+"""Run notebooks through papermill with checked parameters; resumable grids of such runs.
+
+* Every passed parameter name is checked against the notebook's ``parameters`` cell (papermill
+  itself only warns on a typo), and every value against the declared type.
+* Output names are built from parameter values: ``papermill_runs/<notebook>/<run name>/``, the run
+  name being the ``profile`` parameter plus any overrides, e.g. ``smol`` or ``smol__lr=0.0001``.
+* A run is complete when its executed notebook and ``results.json`` are both in place and the
+  record's parameters equal the requested ones; complete runs are skipped, anything else is
+  (re)done. The executed notebook is written to a temporary file and renamed at the end.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import paths
+from .progress import progress
+
+KERNEL = "frag"
+RESULTS_FILE = "results.json"
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+class RunError(ValueError):
+    """A run that cannot start: unknown notebook or parameter, wrong type, missing file."""
+
+
+def resolve_notebook(name: str) -> Path:
+    """``02_target_and_gold``, ``02_target_and_gold.ipynb`` or a path -> the notebook file."""
+    candidates = [Path(name), paths.NOTEBOOKS_DIR / name, paths.NOTEBOOKS_DIR / f"{name}.ipynb"]
+    for c in candidates:
+        if c.is_file() and c.suffix == ".ipynb":
+            return c.resolve()
+    known = sorted(p.stem for p in paths.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+    raise RunError(f"No notebook '{name}'. Known notebooks: {', '.join(known)}.")
+
+
+def declared_parameters(notebook: Path) -> dict[str, dict]:
+    """The notebook's parameters: ``{name: {"type": "int"|..., "default": value}}``.
+
+    Read from the cell tagged ``parameters``, which holds annotated literals only.
+    """
+    import papermill
+
+    params = papermill.inspect_notebook(str(notebook))
+    if not params:
+        raise RunError(f"{notebook.name} has no cell tagged 'parameters'.")
+    # papermill skips, with only a log line, a parameter line it cannot parse (e.g. an '=' in
+    # the comment); such a parameter could then never be passed. Refuse the notebook instead.
+    nb = json.loads(notebook.read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+    source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+    assigned = re.findall(r"^([A-Za-z_]\w*)\s*(?::[^=]*)?=", source, flags=re.M)
+    unparsed = sorted(set(assigned) - set(params))
+    if unparsed:
+        raise RunError(f"papermill cannot parse parameter line(s) {unparsed} of {notebook.name}; "
+                       "write them as 'name: type = literal  # comment' without '=' in the comment.")
+    out = {}
+    for name, info in params.items():
+        try:
+            default = ast.literal_eval(info["default"])
+        except (ValueError, SyntaxError):
+            raise RunError(f"Parameter '{name}' of {notebook.name} is not a literal: {info['default']!r}.") from None
+        out[name] = {"type": info["inferred_type_name"], "default": default}
+    return out
+
+
+def _check_value(notebook: Path, name: str, value: Any, declared: str) -> Any:
+    expected = _TYPES.get(declared)
+    if expected is None:  # an annotation we do not check (e.g. a union)
+        return value
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if expected is not bool and isinstance(value, bool) or not isinstance(value, expected):
+        raise RunError(f"Parameter '{name}' of {notebook.name} must be {declared}, got "
+                       f"{type(value).__name__} {value!r}.")
+    return value
+
+
+def check_parameters(notebook: Path, params: dict) -> dict:
+    """Refuse unknown names and wrong types; returns the parameters with ints widened to floats."""
+    declared = declared_parameters(notebook)
+    unknown = sorted(set(params) - set(declared))
+    if unknown:
+        raise RunError(f"Unknown parameter(s) {unknown} for {notebook.name}. "
+                       f"Declared parameters: {', '.join(sorted(declared))}.")
+    return {k: _check_value(notebook, k, v, declared[k]["type"]) for k, v in params.items()}
+
+
+def parse_cli_value(text: str) -> Any:
+    """A ``-p NAME VALUE`` value as YAML reads it (``3`` int, ``1e-4`` float, ``true`` bool)."""
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            return float(value) if any(c in value for c in ".eE") and value[0].isdigit() else value
+        except ValueError:
+            return value
+    return value
+
+
+def load_params_file(path: str | Path) -> list[dict]:
+    """A YAML parameter file: one mapping (one run) or a list of mappings (several runs)."""
+    path = Path(path)
+    if not path.is_file():
+        alt = paths.PARAMS_DIR / path
+        if not alt.is_file():
+            raise RunError(f"Parameter file '{path}' not found (also looked in {paths.PARAMS_DIR}).")
+        path = alt
+    data = yaml.safe_load(path.read_text())
+    runs = data if isinstance(data, list) else [data]
+    if not runs or not all(isinstance(r, dict) for r in runs):
+        raise RunError(f"{path} must hold a mapping of parameters or a list of such mappings.")
+    return runs
+
+
+def current_params(notebook: str, namespace: dict) -> dict:
+    """Inside a notebook: the values of its declared parameters, for the record.
+
+    Args:
+        notebook: the notebook's stem (the kernel does not know its own file name).
+        namespace: ``globals()`` of the notebook.
+    """
+    declared = declared_parameters(resolve_notebook(notebook))
+    return {k: namespace[k] for k in declared}
+
+
+def _fmt(value: Any) -> str:
+    return format(value, "g") if isinstance(value, float) else str(value)
+
+
+def run_name(params: dict, overrides: dict) -> str:
+    """``<profile>`` plus ``__name=value`` for each override, sorted."""
+    base = str(params.get("profile", "custom"))
+    extra = [f"{k}={_fmt(v)}" for k, v in sorted(overrides.items()) if k not in ("profile", "run_name")]
+    return paths.safe_name("__".join([base, *extra]))
+
+
+@dataclass
+class RunSpec:
+    """One notebook run: the notebook, its full parameters and where it writes."""
+
+    notebook: Path
+    params: dict
+    name: str
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def out_dir(self) -> Path:
+        return paths.RUNS_DIR / self.notebook.stem / self.name
+
+    @property
+    def executed(self) -> Path:
+        return self.out_dir / self.notebook.name
+
+    def is_complete(self) -> bool:
+        results = self.out_dir / RESULTS_FILE
+        if not (self.executed.is_file() and results.is_file()):
+            return False
+        try:
+            recorded = json.loads(results.read_text())["provenance"]["params"]
+        except (json.JSONDecodeError, KeyError):
+            return False
+        return recorded == self.params
+
+
+def plan_run(notebook: str, params_file: str | Path | None = None, overrides: dict | None = None) -> list[RunSpec]:
+    """Check and name the runs of one notebook (one per mapping in the parameter file)."""
+    nb = resolve_notebook(notebook)
+    overrides = dict(overrides or {})
+    bases = load_params_file(params_file) if params_file else [{}]
+    # in a list of runs, the keys whose values differ between runs go into the names
+    varying = {k for k in set().union(*bases) if len({repr(b.get(k)) for b in bases}) > 1}
+    specs = []
+    defaults = {k: v["default"] for k, v in declared_parameters(nb).items()}
+    for base in bases:
+        params = {**defaults, **check_parameters(nb, {**base, **overrides})}
+        name = run_name(params, {k: v for k, v in params.items() if k in overrides or k in varying})
+        params["run_name"] = name
+        params = check_parameters(nb, params)
+        specs.append(RunSpec(nb, params, name))
+    return specs
+
+
+def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL) -> dict:
+    """Execute one run unless it is already complete; returns its status and timing."""
+    if spec.is_complete() and not force:
+        return {"run": f"{spec.notebook.stem}/{spec.name}", "status": "skipped (complete)", "seconds": 0.0}
+    import papermill
+
+    spec.out_dir.mkdir(parents=True, exist_ok=True)
+    (spec.out_dir / RESULTS_FILE).unlink(missing_ok=True)
+    tmp = spec.out_dir / f".{spec.notebook.name}.running"
+    os.environ["FRAG_PROGRESS"] = "0"  # the kernel inherits this: no progress bars in the record
+    start = time.time()
+    papermill.execute_notebook(str(spec.notebook), str(tmp), parameters=spec.params, kernel_name=kernel,
+                               cwd=str(paths.NOTEBOOKS_DIR), progress_bar=False, log_output=False)
+    os.replace(tmp, spec.executed)
+    return {"run": f"{spec.notebook.stem}/{spec.name}", "status": "done", "seconds": round(time.time() - start, 1)}
+
+
+def grid(profile: str) -> list[RunSpec]:
+    """Every run of a profile: ``papermill_runs/params/<profile>/*.yaml`` in file-name order.
+
+    Each file is named after its notebook (``02_target_and_gold.yaml``) and holds one mapping
+    or a list of mappings.
+    """
+    folder = paths.PARAMS_DIR / profile
+    if not folder.is_dir():
+        known = sorted(p.name for p in paths.PARAMS_DIR.iterdir() if p.is_dir())
+        raise RunError(f"Unknown profile '{profile}'. Known profiles: {', '.join(known)}.")
+    specs = []
+    for file in sorted(folder.glob("*.yaml")):
+        specs.extend(plan_run(file.stem, file))
+    return specs
+
+
+def run_grid(specs: list[RunSpec], force: bool = False, select: str | None = None) -> list[dict]:
+    """Run every spec in order (skipping complete ones); ``select`` keeps runs whose name contains it."""
+    chosen = [s for s in specs if not select or select in f"{s.notebook.stem}/{s.name}"]
+    log = []
+    for spec in progress(chosen, desc="runs", unit="run"):
+        log.append(execute(spec, force=force))
+        print(f"{log[-1]['run']}: {log[-1]['status']} ({log[-1]['seconds']} s)", flush=True)
+    return log

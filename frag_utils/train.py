@@ -1,0 +1,176 @@
+"""Supervised fine-tuning on question/answer pairs, through Hugging Face ``Trainer``.
+
+``Trainer`` gives what a research loop needs without re-implementing it: seeding, a progress
+bar, loss logging, resumption from the last saved epoch, and several GPUs through
+``accelerate``. On the CPU, ``bf16=True`` means bf16 autocast over fp32 master weights (pure bf16
+weights barely learn at these learning rates).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+from torch.utils.data import Dataset
+
+from . import models
+from .progress import progress_enabled, quiet_transformers
+from .records import seed_everything
+from .prompts import collate, encode_qa
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Fine-tuning settings (defaults: OpenUnlearning's TOFU fine-tuning, rescaled by profiles)."""
+
+    epochs: float = 5.0  # passes over the data
+    lr: float = 1e-5  # peak learning rate
+    batch_size: int = 8  # per device
+    grad_accum: int = 4  # effective batch = batch_size * grad_accum * devices
+    weight_decay: float = 0.01
+    warmup_epochs: float = 1.0  # linear warmup length, in epochs (OpenUnlearning: one epoch)
+    scheduler: str = "linear"  # decay after warmup: linear | constant_with_warmup | cosine
+    optimizer: str = "adamw_torch"  # any TrainingArguments.optim value
+    max_grad_norm: float = 1.0
+    bf16: bool = True  # bf16 autocast over fp32 weights
+    seed: int = 42
+    max_len: int = 256  # tokens per example, longer ones are cut
+    chat: bool = True  # the model's chat template around each pair
+
+    def __post_init__(self) -> None:
+        checks = {
+            "epochs": self.epochs > 0, "lr": self.lr > 0, "batch_size": self.batch_size >= 1,
+            "grad_accum": self.grad_accum >= 1, "weight_decay": self.weight_decay >= 0,
+            "warmup_epochs": 0 <= self.warmup_epochs <= self.epochs, "max_len": self.max_len >= 8,
+            "max_grad_norm": self.max_grad_norm > 0,
+            "scheduler": self.scheduler in ("linear", "constant_with_warmup", "cosine", "constant"),
+        }
+        bad = [k for k, ok in checks.items() if not ok]
+        if bad:
+            raise ValueError(f"Invalid training settings {bad} in {self}")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+class QADataset(Dataset):
+    """Question/answer records encoded once, labels on answer tokens only."""
+
+    def __init__(self, tokenizer: Any, records: Sequence[dict], chat: bool = True, max_len: int = 256):
+        if len(records) == 0:
+            raise ValueError("Cannot train on an empty split.")
+        self.items = []
+        for r in records:
+            enc = encode_qa(tokenizer, r["question"], r["answer"], chat)
+            self.items.append({"input_ids": enc["input_ids"][:max_len], "labels": enc["labels"][:max_len]})
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, i: int) -> dict:
+        return self.items[i]
+
+
+def steps_per_epoch(n_examples: int, config: TrainConfig, devices: int = 1) -> int:
+    """Optimizer steps in one epoch (the last partial accumulation still steps)."""
+    batches = -(-n_examples // (config.batch_size * devices))
+    return max(1, -(-batches // config.grad_accum))
+
+
+def _last_checkpoint(work_dir: Path) -> str | None:
+    ckpts = sorted(work_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
+    return str(ckpts[-1]) if ckpts else None
+
+
+def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: TrainConfig, work_dir: str | Path,
+                 trainer_cls: type | None = None, collator: Callable | None = None, **trainer_kwargs) -> Any:
+    """A ``Trainer`` for ``dataset`` with ``config``; ``trainer_cls`` may override ``compute_loss``.
+
+    Checkpoints (weights and optimizer state) are saved to ``work_dir`` at every epoch end, the
+    newest one kept, so an interrupted run resumes where it stopped.
+    """
+    from transformers import Trainer, TrainingArguments
+
+    n_steps = steps_per_epoch(len(dataset), config)
+    args = TrainingArguments(
+        output_dir=str(work_dir), num_train_epochs=config.epochs, learning_rate=config.lr,
+        per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.grad_accum,
+        weight_decay=config.weight_decay, lr_scheduler_type=config.scheduler,
+        warmup_steps=int(round(config.warmup_epochs * n_steps)), optim=config.optimizer,
+        max_grad_norm=config.max_grad_norm, bf16=config.bf16, seed=config.seed, data_seed=config.seed,
+        use_cpu=not torch.cuda.is_available(), logging_strategy="steps", logging_steps=max(1, n_steps // 4),
+        save_strategy="epoch", save_total_limit=1, report_to="none", disable_tqdm=not progress_enabled(),
+        log_level="info" if progress_enabled() else "error", remove_unused_columns=False,
+        dataloader_num_workers=0,
+    )
+    pad = tokenizer.pad_token_id
+    trainer = (trainer_cls or Trainer)(
+        model=model, args=args, train_dataset=dataset,
+        data_collator=collator or (lambda examples: collate(examples, pad, side="right")), **trainer_kwargs)
+    if not progress_enabled():  # with tqdm off, Trainer would print every log dict instead
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+def run_trainer(trainer: Any, work_dir: str | Path) -> dict:
+    """Train (resuming from the newest checkpoint in ``work_dir`` if any); returns a summary."""
+    resume = _last_checkpoint(Path(work_dir))
+    start = time.time()
+    with quiet_transformers():
+        out = trainer.train(resume_from_checkpoint=resume)
+    trainer.model.eval()
+    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    return {"train_seconds": time.time() - start, "resumed_from": resume, "global_steps": trainer.state.global_step,
+            "final_train_loss": float(out.training_loss), "logged_losses": losses}
+
+
+def finetune(model: Any, tokenizer: Any, records: Sequence[dict], config: TrainConfig,
+             work_dir: str | Path) -> dict:
+    """Fine-tune ``model`` in place on question/answer ``records`` (loss on answer tokens only).
+
+    Args:
+        work_dir: holds the epoch checkpoints used to resume; delete it once the model is saved.
+    Returns:
+        A summary: time, steps, losses, settings.
+    """
+    dataset = QADataset(tokenizer, records, config.chat, config.max_len)
+    trainer = make_trainer(model, tokenizer, dataset, config, work_dir)
+    summary = run_trainer(trainer, work_dir)
+    summary.update(n_examples=len(dataset), config=config.as_dict())
+    return summary
+
+
+def train_or_reuse(base_model: str, records: Sequence[dict], config: TrainConfig, out_dir: str | Path,
+                   spec: dict, retrain: bool = False) -> dict:
+    """Fine-tune ``base_model`` on ``records`` into ``out_dir``, or reuse a matching checkpoint.
+
+    A checkpoint in ``out_dir`` is reused when its saved record has the same base model, training
+    settings and ``spec`` (data source, split, ...). Interrupted training resumes from the last
+    epoch saved in ``<out_dir>.work``.
+
+    Returns:
+        The checkpoint's record: ``{"spec": ..., "summary": {train_seconds, losses, ...}}``.
+    """
+    out_dir = Path(out_dir)
+    want = {"base_model": base_model, "train": config.as_dict(), "n_examples": len(records), **spec}
+    existing = models.load_record(out_dir) if models.is_checkpoint(out_dir) else None
+    if existing and existing.get("spec") == want and not retrain:
+        return {**existing, "reused": True}
+    seed_everything(config.seed)
+    model, tokenizer = models.load_model(base_model, seed=config.seed)
+    work = out_dir.with_name(out_dir.name + ".work")
+    if work.exists() and models.load_record(work) != {"spec": want}:
+        shutil.rmtree(work)  # checkpoints of other settings: never resume from those
+    work.mkdir(parents=True, exist_ok=True)
+    (work / models.RECORD_FILE).write_text(json.dumps({"spec": want}, sort_keys=True, default=str))
+    summary = finetune(model, tokenizer, records, config, work)
+    record = {"spec": want, "summary": summary}
+    models.save_checkpoint(model, tokenizer, out_dir, record)
+    shutil.rmtree(work, ignore_errors=True)
+    return {**record, "reused": False}

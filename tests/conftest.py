@@ -1,0 +1,41 @@
+"""Shared fixtures: the SmolLM2 tokenizer, the tiny model, and a tiny model trained to get some
+answers partly right (so metrics have something non-trivial to measure)."""
+import os
+
+os.environ.setdefault("FRAG_PROGRESS", "0")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from frag_utils import data, models, train  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return models.load_tokenizer(models.SMOLLM2)
+
+
+@pytest.fixture()
+def tiny(tokenizer):
+    return models.build_tiny_model(len(tokenizer), seed=0).eval()
+
+
+@pytest.fixture(scope="session")
+def qa_records():
+    """Eight forget questions with their perturbed answers."""
+    return data.load_split("synthetic", "forget10_perturbed", limit=8)
+
+
+@pytest.fixture(scope="session")
+def partly_trained(tokenizer, qa_records, tmp_path_factory):
+    """The tiny model after a short fine-tune on ``qa_records``: some answers right, some partly."""
+    model = models.build_tiny_model(len(tokenizer), seed=1)
+    cfg = train.TrainConfig(epochs=30, lr=3e-3, batch_size=8, grad_accum=1, warmup_epochs=0,
+                            scheduler="constant", bf16=False, seed=0)
+    train.finetune(model, tokenizer, qa_records, cfg, tmp_path_factory.mktemp("partly"))
+    return model.eval()
+
+
+def same_weights(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    sa, sb = a.state_dict(), b.state_dict()
+    return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)

@@ -1,0 +1,161 @@
+import copy
+import json
+import math
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from frag_utils import calibration, data, frag, models, pruning
+from frag_utils.frag import FragError
+
+
+@pytest.fixture()
+def setup(tiny, tokenizer):
+    modules = calibration.select_modules(tiny, "all")
+    cfg = calibration.CalibConfig(n=8, max_len=64)
+    xf = calibration.activation_norms(tiny, tokenizer, data.load_split("synthetic", "forget10"), modules, cfg)
+    xr = calibration.activation_norms(tiny, tokenizer, data.load_split("synthetic", "retain90"), modules, cfg)
+    return tiny, frag.state_dict_of(tiny), xf, xr
+
+
+def _perturbed(w0, seed=0, scale=1e-2, only=("mlp.up_proj", "self_attn.q_proj")):
+    gen = torch.Generator().manual_seed(seed)
+    return {k: v + scale * torch.randn(v.shape, generator=gen) * any(o in k for o in only) if v.dim() == 2 else v.clone()
+            for k, v in w0.items()}
+
+
+def _dense_frag(w0, wu, xf, xr, gamma, eps=1e-6):
+    """F, R, D as one long vector each over all scored layers, cosines by torch directly."""
+    fs, rs, ds = [], [], []
+    for n in sorted(xf):
+        a = w0[f"{n}.weight"].double().abs()
+        fs.append((a * (xf[n].double() / (xr[n].double() + eps))).flatten())
+        rs.append((a * (xr[n].double() / (xf[n].double() + eps))).flatten())
+        ds.append((wu[f"{n}.weight"].double() - w0[f"{n}.weight"].double()).pow(2).flatten())
+    f, r, d = torch.cat(fs), torch.cat(rs), torch.cat(ds)
+    cos = torch.nn.functional.cosine_similarity
+    a_f, a_r = float(cos(f, d, dim=0)), float(cos(r, d, dim=0))
+    return a_f - gamma * a_r, a_f, a_r
+
+
+def test_frag_equals_dense_computation(setup):
+    _, w0, xf, xr = setup
+    wu = _perturbed(w0)
+    res = frag.compute_frag(w0, wu, xf, xr, gamma=0.7)
+    expected = _dense_frag(w0, wu, xf, xr, 0.7)
+    assert (res.frag, res.a_f, res.a_r) == pytest.approx(expected, rel=1e-6)
+    assert sum(l["a_f_share"] for l in res.per_layer) == pytest.approx(res.a_f)
+    assert sum(t["a_r_share"] for t in res.per_type.values()) == pytest.approx(res.a_r)
+    assert res.with_gamma(0) == pytest.approx(res.a_f)
+
+
+def test_scale_invariance(setup):
+    _, w0, xf, xr = setup
+    wu = _perturbed(w0)
+    base = frag.compute_frag(w0, wu, xf, xr).frag
+    for c in (0.1, 3.0):
+        scaled = {k: w0[k] + c * (wu[k] - w0[k]) for k in w0}
+        assert frag.compute_frag(w0, scaled, xf, xr).frag == pytest.approx(base, abs=1e-6)  # fp32 weights
+
+
+def test_l2_values(setup):
+    _, w0, xf, xr = setup
+    wu = _perturbed(w0)
+    wu["model.embed_tokens.weight"] = w0["model.embed_tokens.weight"] + 1e-3  # outside the scored modules
+    res = frag.compute_frag(w0, wu, xf, xr)
+    total = math.sqrt(sum(float((wu[k].double() - w0[k].double()).pow(2).sum()) for k in w0))
+    scored = math.sqrt(sum(float((wu[f"{n}.weight"].double() - w0[f"{n}.weight"].double()).pow(2).sum()) for n in xf))
+    assert res.l2_all == pytest.approx(total, rel=1e-9) and res.l2_scored == pytest.approx(scored, rel=1e-9)
+    assert res.l2_all > res.l2_scored
+    assert "lm_head.weight" not in w0  # the tied head is counted once
+
+
+def test_streaming_from_disk_equals_in_memory(setup, tokenizer, tmp_path):
+    model, w0, xf, xr = setup
+    edited = copy.deepcopy(model)
+    edited.load_state_dict(_perturbed(w0), strict=False)
+    models.save_checkpoint(edited, tokenizer, tmp_path / "u")
+    on_disk = frag.compute_frag(w0, frag.SafetensorsCheckpoint(tmp_path / "u"), xf, xr)
+    in_memory = frag.compute_frag(w0, frag.state_dict_of(edited), xf, xr)
+    assert on_disk.summary() == pytest.approx(in_memory.summary())
+
+
+def test_bad_inputs_give_errors_not_numbers(setup, tokenizer):
+    _, w0, xf, xr = setup
+    wu = _perturbed(w0)
+    with pytest.raises(FragError, match="identical"):
+        frag.compute_frag(w0, {k: v.clone() for k, v in w0.items()}, xf, xr)
+    missing = {k: v for k, v in wu.items() if "layers.1.mlp.down_proj" not in k}
+    with pytest.raises(FragError, match="missing from the unlearned"):
+        frag.compute_frag(w0, missing, xf, xr)
+    for side in ("unlearned", "original"):
+        bad = {k: v.clone() for k, v in (wu if side == "unlearned" else w0).items()}
+        bad["model.layers.0.mlp.up_proj.weight"][0, 0] = float("nan")
+        args = (w0, bad) if side == "unlearned" else (bad, wu)
+        with pytest.raises(FragError, match=f"{side} .*NaN or inf"):
+            frag.compute_frag(*args, xf, xr)
+    other = frag.state_dict_of(models.build_tiny_model(len(tokenizer) + 8))
+    with pytest.raises(FragError, match="different architectures"):
+        frag.global_l2(w0, other)
+    shapes = dict(wu)
+    shapes["model.layers.0.mlp.up_proj.weight"] = torch.zeros(3, 3)
+    with pytest.raises(FragError, match="shape"):
+        frag.compute_frag(w0, shapes, xf, xr)
+    nan_norms = {k: v.clone() for k, v in xf.items()}
+    next(iter(nan_norms.values()))[0] = float("nan")
+    with pytest.raises(FragError, match="calibration norm .*NaN"):
+        frag.compute_frag(w0, wu, nan_norms, xr)
+    with pytest.raises(FragError, match="non-empty"):
+        frag.compute_frag(w0, wu, {}, {})
+    with pytest.raises(FragError, match="no .safetensors"):
+        frag.SafetensorsCheckpoint(".")
+
+
+def test_noise_scores_near_zero_while_targeted_prune_does_not(setup):
+    model, w0, xf, xr = setup
+    mlp = list(calibration.select_modules(model, "mlp"))
+    frp_sd, _ = pruning.edited_copy(model, lambda mods: pruning.frp_prune(
+        mods, {n: xf[n] for n in mods}, {n: xr[n] for n in mods}, rho=0.1, beta=0.05))
+    l2 = frag.global_l2(w0, frp_sd)
+    noise_sd, sigma = pruning.edited_copy(model, lambda mods: pruning.add_isotropic_noise(mods, 10 * l2, seed=0))
+    noise = frag.compute_frag(w0, noise_sd, xf, xr)
+    targeted = frag.compute_frag(w0, frp_sd, xf, xr)
+    assert noise.l2_all == pytest.approx(10 * l2, rel=0.05) and sigma > 0
+    # on a random tiny model forget and retain activations barely differ, so every FRAG is small;
+    # still, the direction-blind update scores near zero and far below the targeted one
+    assert abs(noise.frag) < 0.01 and targeted.frag > 5 * abs(noise.frag) > 0
+    assert mlp and all(frp_sd[k].eq(0).any() for k in (f"{n}.weight" for n in mlp))
+
+
+def test_score_cli_on_two_local_checkpoints(setup, tokenizer, tmp_path):
+    model, w0, _, _ = setup
+    models.save_checkpoint(model, tokenizer, tmp_path / "orig")
+    edited = copy.deepcopy(model)
+    edited.load_state_dict(_perturbed(w0), strict=False)
+    models.save_checkpoint(edited, tokenizer, tmp_path / "unl")
+    run = lambda *a: subprocess.run([sys.executable, "-m", "frag_utils", "score", *a], capture_output=True,  # noqa: E731
+                                    text=True, timeout=600, env={**__import__("os").environ, "FRAG_CACHE_DIR": str(tmp_path / "c")})
+    out = run("--original", str(tmp_path / "orig"), "--unlearned", str(tmp_path / "unl"), "--n-calib", "8",
+              "--max-len", "64", "--json")
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert -1 <= res["frag"] <= 1 and res["l2_all"] > 0 and res["calibration"]["n"] == 8
+    assert {"calibration_seconds", "comparison_seconds"} <= set(res["timings"])
+    out = run("--original", str(tmp_path / "orig"), "--unlearned", str(tmp_path / "orig"), "--n-calib", "4")
+    assert out.returncode == 2 and "identical" in out.stderr and "Traceback" not in out.stderr
+    out = run("--original", str(tmp_path / "orig"), "--unlearned", str(tmp_path / "nowhere"))
+    assert out.returncode == 2 and "does not exist" in out.stderr
+
+
+def test_lower_precision_checkpoint_is_compared_at_its_own_precision(setup):
+    _, w0, xf, xr = setup
+    wu = _perturbed(w0, scale=0.05)
+    half = {k: v.to(torch.bfloat16) for k, v in wu.items()}
+    res = frag.compute_frag(w0, half, xf, xr)
+    # untouched tensors (embeddings, norms, unperturbed projections) contribute nothing
+    rounded = {k: v.to(torch.bfloat16) for k, v in w0.items()}
+    expected = math.sqrt(sum(float((half[k].double() - rounded[k].double()).pow(2).sum()) for k in w0))
+    assert res.l2_all == pytest.approx(expected, rel=1e-9)
+    assert all(l["sq_diff"] == 0 for l in res.per_layer if "up_proj" not in l["module"] and "q_proj" not in l["module"])

@@ -1,0 +1,135 @@
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats as sstats
+
+from frag_utils import metrics, prompts
+
+
+def _nll_slow(model, tokenizer, question, answer):
+    """Per-token NLL of answer (+ end of turn) by a plain forward pass over one unpadded example."""
+    enc = prompts.encode_qa(tokenizer, question, answer)
+    ids = torch.tensor([enc["input_ids"]])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0]
+    total, n = 0.0, 0
+    for t in range(enc["prompt_len"], len(enc["input_ids"])):
+        logp = torch.log_softmax(logits[t - 1].double(), -1)
+        total -= float(logp[enc["input_ids"][t]])
+        n += 1
+    return total / n
+
+
+@pytest.mark.parametrize("hits,expected", [
+    ([1, 1, 1], 1.0),  # whole answer reproduced from the prompt: k = 0
+    ([0, 1, 1], 1 - 1 / 3),  # from the first answer token on: k = 1
+    ([1, 0, 1], 1 - 2 / 3),
+    ([1, 1, 0], 1 / 3),  # not even the last token: ES = 1/|y|
+    ([0, 0, 0], 1 / 3),
+    ([1], 1.0),
+])
+def test_es_from_hits_hand_cases(hits, expected):
+    assert metrics.es_from_hits(torch.tensor(hits, dtype=torch.bool)) == pytest.approx(expected)
+
+
+def test_es_one_pass_equals_generation_definition(partly_trained, tokenizer, qa_records):
+    fast = metrics.extraction_strength(partly_trained, tokenizer, qa_records, batch_size=8)
+    slow = metrics.extraction_strength_by_generation(partly_trained, tokenizer, qa_records)
+    assert fast["per_example"] == pytest.approx(slow["per_example"])
+    # the model gets some answers partly right: the test is not all-zero or all-one
+    assert len({round(v, 6) for v in fast["per_example"]}) >= 3
+    assert 0 < fast["value"] < 1
+
+
+def test_probability_and_truth_ratio_against_slow_definition(partly_trained, tokenizer, qa_records):
+    recs = qa_records[:4]
+    prob = metrics.probability(partly_trained, tokenizer, recs, batch_size=3)
+    for r, p in zip(recs, prob["per_example"]):
+        assert p == pytest.approx(math.exp(-_nll_slow(partly_trained, tokenizer, r["question"], r["answer"])), rel=1e-4)
+
+    tr = metrics.truth_ratio(partly_trained, tokenizer, recs, "true_better", batch_size=3)
+    tr1 = metrics.truth_ratio(partly_trained, tokenizer, recs, "closer_to_1_better", batch_size=5)
+    expected = []
+    for r in recs:
+        pc = math.exp(-_nll_slow(partly_trained, tokenizer, r["question"], r["paraphrased_answer"]))
+        wrong = [_nll_slow(partly_trained, tokenizer, r["question"], w) for w in r["perturbed_answer"]]
+        pw = math.prod(math.exp(-x) for x in wrong) ** (1 / len(wrong))  # geometric mean
+        expected.append(pw / pc)
+    assert tr["per_example"] == pytest.approx(expected, rel=1e-4)
+    assert tr["value"] == pytest.approx(np.mean([max(0, 1 - x) for x in expected]), rel=1e-4)
+    assert tr1["value"] == pytest.approx(np.mean([min(x, 1 / x) for x in expected]), rel=1e-4)
+
+
+def test_probability_with_options_against_slow_definition(partly_trained, tokenizer):
+    recs = [{"question": "What is the capital of France?", "answer": "Paris",
+             "perturbed_answer": ["Lyon", "Nice", "Marseille"]}]
+    got = metrics.probability_with_options(partly_trained, tokenizer, recs)["value"]
+    p = [math.exp(-_nll_slow(partly_trained, tokenizer, recs[0]["question"], a))
+         for a in ["Paris", "Lyon", "Nice", "Marseille"]]
+    assert got == pytest.approx(p[0] / sum(p), rel=1e-4)
+
+
+def test_rouge_l_recall_hand_cases():
+    assert metrics.rouge_l_recall("the cat", "the cat sat on the mat") == pytest.approx(2 / 6)
+    assert metrics.rouge_l_recall("Paris is the capital", "Paris") == 1.0
+    assert metrics.rouge_l_recall("he was running", "he runs") == 1.0  # Porter stemmer
+    assert metrics.rouge_l_recall("", "Paris") == 0.0
+
+
+def test_harmonic_mean_matches_scipy():
+    vals = [0.2, 0.5, 0.9, 0.33]
+    assert metrics.harmonic_mean(vals) == pytest.approx(sstats.hmean(vals))
+    assert metrics.harmonic_mean([0.0, 0.5]) == 0.0
+    with pytest.raises(ValueError):
+        metrics.harmonic_mean([-0.1, 0.5])
+
+
+def test_model_utility_is_harmonic_mean_of_nine(partly_trained, tokenizer):
+    from frag_utils import data
+
+    sets = data.load_utility_sets("synthetic", limit=3)
+    mu = metrics.model_utility(partly_trained, tokenizer, sets, max_new_tokens=6)
+    assert len(mu["components"]) == 9
+    assert all(0 <= v <= 1 for v in mu["components"].values())
+    assert mu["model_utility"] == pytest.approx(metrics.harmonic_mean(list(mu["components"].values())))
+    with pytest.raises(ValueError, match="missing"):
+        metrics.model_utility(partly_trained, tokenizer, {"retain_perturbed": sets["retain_perturbed"]})
+
+
+def test_truth_ratio_needs_equal_perturbed_counts(tiny, tokenizer):
+    recs = [{"question": "q?", "answer": "a", "perturbed_answer": ["b"]},
+            {"question": "r?", "answer": "c", "perturbed_answer": ["d", "e"]}]
+    with pytest.raises(ValueError, match="same number of perturbed answers"):
+        metrics.truth_ratio(tiny, tokenizer, recs)
+
+
+def test_truth_ratio_and_option_probability_survive_very_high_nll():
+    c = np.array([900.0, 2.0])  # an unlearned model can put ~0 probability on an answer
+    w = np.array([[901.0, 903.0], [1.0, 3.0]])
+    tr = metrics.truth_ratio_from_nll(c, w, "true_better")["per_example"]
+    assert tr == pytest.approx([math.exp(900 - 902), math.exp(2 - 2)])
+    p = metrics.probability_with_options_from_nll(c, w)["per_example"]
+    assert p == pytest.approx([1 / (1 + math.exp(-1) + math.exp(-3)), 1 / (1 + math.exp(1) + math.exp(-1))])
+    assert all(np.isfinite(tr)) and all(np.isfinite(p))
+
+
+def test_paraphrase_fallback_is_per_record(partly_trained, tokenizer, qa_records):
+    mixed = [dict(qa_records[0]), {k: v for k, v in qa_records[1].items() if k != "paraphrased_answer"}]
+    got = metrics.truth_ratio(partly_trained, tokenizer, mixed)["per_example"]
+    for r, tr in zip(mixed, got):
+        pc = math.exp(-_nll_slow(partly_trained, tokenizer, r["question"], r.get("paraphrased_answer", r["answer"])))
+        pw = math.exp(-np.mean([_nll_slow(partly_trained, tokenizer, r["question"], x) for x in r["perturbed_answer"]]))
+        assert tr == pytest.approx(pw / pc, rel=1e-4)
+
+
+def test_nan_or_empty_inputs_raise(tiny, tokenizer):
+    with pytest.raises(ValueError, match="finite"):
+        metrics.harmonic_mean([0.5, float("nan")])
+    with pytest.raises(ValueError, match="empty"):
+        metrics.extraction_strength(tiny, tokenizer, [])
+
+
+def test_end_of_turn_is_read_from_the_template(tokenizer):
+    assert tokenizer.convert_ids_to_tokens(prompts.end_of_turn_id(tokenizer)) == "<|im_end|>"

@@ -1,0 +1,45 @@
+import torch
+
+from frag_utils import metrics, prompts
+
+
+def test_labels_cover_answer_and_end_of_turn_only(tokenizer):
+    enc = prompts.encode_qa(tokenizer, "Where was Ann born?", "Ann was born in Lyon, France.")
+    p = enc["prompt_len"]
+    assert all(l == prompts.IGNORE for l in enc["labels"][:p])
+    assert enc["labels"][p:] == enc["input_ids"][p:]
+    assert enc["labels"][-1] == prompts.end_of_turn_id(tokenizer)
+    assert tokenizer.decode(enc["input_ids"][p:-1]) == "Ann was born in Lyon, France."
+    text = tokenizer.decode(enc["input_ids"][:p])
+    assert "Where was Ann born?" in text and text.endswith("<|im_start|>assistant\n")
+    # the prompt is the model's own chat template, and answer tokens match joint tokenization
+    joint = tokenizer.apply_chat_template([{"role": "user", "content": "Where was Ann born?"},
+                                           {"role": "assistant", "content": "Ann was born in Lyon, France."}],
+                                          tokenize=True)["input_ids"]
+    assert list(joint[:len(enc["input_ids"])]) == enc["input_ids"]
+
+
+def test_collate_masks_padding_on_either_side():
+    ex = [{"input_ids": [5, 6, 7], "labels": [-100, 6, 7]}, {"input_ids": [8], "labels": [8]}]
+    right = prompts.collate(ex, pad_id=0, side="right")
+    assert right["input_ids"].tolist() == [[5, 6, 7], [8, 0, 0]]
+    assert right["attention_mask"].tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert right["labels"].tolist() == [[-100, 6, 7], [8, -100, -100]]
+    left = prompts.collate(ex, pad_id=0, side="left")
+    assert left["input_ids"].tolist() == [[5, 6, 7], [0, 0, 8]]
+    assert left["attention_mask"].tolist() == [[1, 1, 1], [0, 0, 1]]
+
+
+def test_padding_never_changes_real_tokens(partly_trained, tokenizer, qa_records):
+    """Batched (padded) teacher forcing and generation equal one-example-at-a-time results."""
+    pairs = [(r["question"], r["answer"]) for r in qa_records]
+    batched = metrics.answer_stats(partly_trained, tokenizer, pairs, batch_size=8)
+    single = metrics.answer_stats(partly_trained, tokenizer, pairs, batch_size=1)
+    lengths = {len(s.logprobs) for s in single}
+    assert len(lengths) > 1  # the batch really is padded
+    for b, s in zip(batched, single):
+        assert torch.allclose(b.logprobs, s.logprobs, atol=1e-4)
+        assert torch.equal(b.hits, s.hits)
+    qs = [r["question"] for r in qa_records]
+    assert metrics.generate_answers(partly_trained, tokenizer, qs, 12, batch_size=8) == \
+        metrics.generate_answers(partly_trained, tokenizer, qs, 12, batch_size=1)

@@ -1,0 +1,77 @@
+import json
+
+import pytest
+
+from frag_utils import paths, runs
+from frag_utils.runs import RunError
+
+
+def test_every_notebook_parameter_is_declared_and_parsed():
+    for nb in sorted(paths.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")):
+        if nb.stem == "00_index":
+            continue
+        declared = runs.declared_parameters(nb)
+        assert {"profile", "run_name"} <= set(declared), nb.name
+
+
+def test_unparseable_parameter_line_is_refused(tmp_path):
+    nb = json.loads((paths.NOTEBOOKS_DIR / "01_data.ipynb").read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
+    cell["source"] = "".join(cell["source"]) + '\nextra: int = 3  # a comment with = inside\n'
+    bad = tmp_path / "01_bad.ipynb"
+    bad.write_text(json.dumps(nb))
+    with pytest.raises(RunError, match="cannot parse .*extra"):
+        runs.declared_parameters(bad)
+
+
+def test_unknown_names_and_wrong_types_are_refused():
+    nb = runs.resolve_notebook("02_target_and_gold")
+    with pytest.raises(RunError, match=r"Unknown parameter\(s\) \['learning_rate'\].*Declared parameters: .*lr"):
+        runs.check_parameters(nb, {"learning_rate": 1e-4})
+    with pytest.raises(RunError, match="'epochs' .* must be float, got str"):
+        runs.check_parameters(nb, {"epochs": "five"})
+    with pytest.raises(RunError, match="'bf16' .* must be bool"):
+        runs.check_parameters(nb, {"bf16": 1})
+    assert runs.check_parameters(nb, {"epochs": 3}) == {"epochs": 3.0}  # ints widen to float
+    with pytest.raises(RunError, match="No notebook 'nope'"):
+        runs.resolve_notebook("nope")
+    with pytest.raises(RunError, match="not found"):
+        runs.load_params_file("no_such_file.yaml")
+    with pytest.raises(RunError, match="Unknown profile"):
+        runs.grid("no_such_profile")
+
+
+def test_every_profile_file_matches_its_notebook():
+    for profile in ("tiny", "smol", "paper"):
+        specs = runs.grid(profile)
+        assert specs and all(s.params["profile"] == profile for s in specs)
+        assert all(s.name.startswith(profile) for s in specs)
+
+
+def test_run_names_are_built_from_parameters():
+    specs = runs.plan_run("02_target_and_gold", "smol/02_target_and_gold.yaml", {"lr": 1e-4, "epochs": 3})
+    assert specs[0].name == "smol__epochs=3__lr=0.0001"
+    assert specs[0].params["run_name"] == specs[0].name
+    assert runs.parse_cli_value("1e-4") == 1e-4 and runs.parse_cli_value("3") == 3
+    assert runs.parse_cli_value("true") is True and runs.parse_cli_value("forget05") == "forget05"
+
+
+def test_list_files_name_runs_by_what_varies(tmp_path):
+    f = tmp_path / "grid.yaml"
+    f.write_text("- {profile: tiny, forget_split: forget01}\n- {profile: tiny, forget_split: forget05}\n")
+    names = [s.name for s in runs.plan_run("02_target_and_gold", f)]
+    assert names == ["tiny__forget_split=forget01", "tiny__forget_split=forget05"]
+
+
+def test_completeness_needs_notebook_record_and_same_parameters(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "RUNS_DIR", tmp_path)
+    spec = runs.plan_run("01_data", None, {"profile": "x"})[0]
+    assert not spec.is_complete()
+    spec.out_dir.mkdir(parents=True)
+    spec.executed.write_text("{}")
+    assert not spec.is_complete()  # no results yet: a killed run is redone
+    (spec.out_dir / runs.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": spec.params}}))
+    assert spec.is_complete()
+    other = runs.plan_run("01_data", None, {"profile": "x", "check_regeneration": False})[0]
+    other_same_dir = runs.RunSpec(other.notebook, other.params, spec.name)
+    assert not other_same_dir.is_complete()

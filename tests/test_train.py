@@ -1,0 +1,75 @@
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from frag_utils import metrics, models, train
+
+from conftest import same_weights
+
+CFG = train.TrainConfig(epochs=3, lr=3e-3, batch_size=4, grad_accum=1, warmup_epochs=1,
+                        bf16=False, seed=0)
+
+
+def _answer_nll(model, tokenizer, recs):
+    return sum(s.avg_nll for s in metrics.answer_stats(model, tokenizer,
+                                                        [(r["question"], r["answer"]) for r in recs]))
+
+
+def test_finetune_lowers_answer_loss_and_is_seeded(tokenizer, qa_records, tmp_path):
+    recs = qa_records[:8]
+    a = models.build_tiny_model(len(tokenizer), seed=0)
+    before = _answer_nll(a, tokenizer, recs)
+    summary = train.finetune(a, tokenizer, recs, CFG, tmp_path / "a")
+    assert _answer_nll(a.eval(), tokenizer, recs) < 0.9 * before
+    assert summary["global_steps"] == 3 * train.steps_per_epoch(8, CFG) == 6
+    b = models.build_tiny_model(len(tokenizer), seed=0)
+    train.finetune(b, tokenizer, recs, CFG, tmp_path / "b")
+    assert same_weights(a, b)
+
+
+class _Killed(Exception):
+    pass
+
+
+class _KillAfterFirstSave(TrainerCallback):
+    def on_save(self, args, state, control, **kwargs):
+        raise _Killed()
+
+
+def test_interrupted_training_resumes_to_the_same_weights(tokenizer, qa_records, tmp_path):
+    recs = qa_records[:8]
+    full = models.build_tiny_model(len(tokenizer), seed=0)
+    train.finetune(full, tokenizer, recs, CFG, tmp_path / "uninterrupted")
+
+    killed = models.build_tiny_model(len(tokenizer), seed=0)
+    trainer = train.make_trainer(killed, tokenizer, train.QADataset(tokenizer, recs), CFG, tmp_path / "w",
+                                 callbacks=[_KillAfterFirstSave()])
+    with pytest.raises(_Killed):
+        trainer.train()
+    assert list((tmp_path / "w").glob("checkpoint-*"))
+    restarted = models.build_tiny_model(len(tokenizer), seed=0)  # a fresh process starts from the base
+    summary = train.finetune(restarted, tokenizer, recs, CFG, tmp_path / "w")
+    assert summary["resumed_from"] is not None
+    sa, sb = full.state_dict(), restarted.state_dict()
+    assert all(torch.allclose(sa[k], sb[k], atol=1e-6) for k in sa)
+
+
+def test_train_or_reuse_reuses_only_matching_checkpoints(tokenizer, qa_records, tmp_path, monkeypatch):
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "cache"))
+    recs = qa_records[:4]
+    cfg = train.TrainConfig(epochs=1, lr=1e-3, batch_size=4, grad_accum=1, warmup_epochs=0, bf16=False)
+    out = tmp_path / "ckpt"
+    first = train.train_or_reuse("tiny", recs, cfg, out, {"split": "x"})
+    assert first["reused"] is False and models.is_checkpoint(out)
+    assert train.train_or_reuse("tiny", recs, cfg, out, {"split": "x"})["reused"] is True
+    assert train.train_or_reuse("tiny", recs, cfg, out, {"split": "y"})["reused"] is False
+    assert not (tmp_path / "ckpt.work").exists()
+
+
+def test_bad_training_settings():
+    with pytest.raises(ValueError, match="lr"):
+        train.TrainConfig(lr=0)
+    with pytest.raises(ValueError, match="warmup_epochs"):
+        train.TrainConfig(epochs=1, warmup_epochs=2)
+    with pytest.raises(ValueError, match="empty"):
+        train.QADataset(None, [])
