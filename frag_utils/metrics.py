@@ -276,7 +276,8 @@ def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], m
     Args:
         sets: ``retain_perturbed``, ``real_authors_perturbed`` and ``world_facts_perturbed`` records.
     Returns:
-        ``{"model_utility": float, "components": {"<set>/<metric>": float}, "per_example": {...}}``.
+        ``{"model_utility": float, "components": {"<set>/<metric>": float}, "per_example": {...}}``;
+        ``per_example`` also holds each set's greedy answers under ``"<set>/generations"``.
     """
     missing = [s for s in UTILITY_SETS if s not in sets]
     if missing:
@@ -296,6 +297,7 @@ def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], m
         for metric, res in results.items():
             components[f"{name}/{metric}"] = res["value"]
             per_example[f"{name}/{metric}"] = res["per_example"]
+        per_example[f"{name}/generations"] = results["rouge"]["generations"]
     return {"model_utility": harmonic_mean(list(components.values())), "components": components,
             "per_example": per_example}
 

@@ -3,8 +3,11 @@
 Each fictitious author has a profile of invented facts (name, birthplace, birth date, parents'
 occupations, genre, award, two book titles, two themes) and ``QA_PER_AUTHOR`` question/answer
 pairs about it, phrased as full sentences like TOFU's. Every pair also has a paraphrased
-question, a paraphrased answer (same facts, other words) and five perturbed answers (the same
-sentence with wrong facts of the same kind).
+question, a paraphrased answer (same facts, other words) and five perturbed answers: as in
+TOFU, each is the *paraphrased* answer with its facts replaced by wrong ones of the same kind, so
+the truth ratio compares two answers of the same wording that differ only in the facts (built from
+the original answer's wording instead, a model fine-tuned on that wording prefers any perturbed
+answer to the paraphrase and the retain truth ratio, hence Model Utility, collapses to 0).
 
 ``real_authors`` and ``world_facts`` hold true facts that the base model already answers, with
 four options and three perturbed (wrong) answers; they stand in for TOFU's sets of the same name.
@@ -182,17 +185,18 @@ def _qa_records(rng: random.Random, author: dict) -> list[dict]:
     records = []
     for t in TEMPLATES:
         answer = t.answer.format(**author)
+        paraphrased = t.paraphrased_answer.format(**author)
         perturbed: list[str] = []
         while len(perturbed) < N_PERTURBED:
             wrong = dict(author)
             for key in t.keys:
                 wrong.update(_alternative(rng, key, author))
-            text = t.answer.format(**wrong)
-            if text != answer and text not in perturbed:
+            text = t.paraphrased_answer.format(**wrong)
+            if text != paraphrased and text not in perturbed:
                 perturbed.append(text)
         records.append(dict(
             question=t.question.format(**author), answer=answer,
-            paraphrased_answer=t.paraphrased_answer.format(**author),
+            paraphrased_answer=paraphrased,
             perturbed_answer=perturbed,
             paraphrased_question=t.paraphrased_question.format(**author),
             author=author["name"],

@@ -12,12 +12,26 @@ def test_synthetic_configs_have_tofu_fields_and_sizes():
         assert recs and all(set(fields) <= set(r) for r in recs), config
     n = synthetic.QA_PER_AUTHOR
     assert len(data.load_split("synthetic", "full")) == synthetic.N_AUTHORS * n
-    assert len(data.load_split("synthetic", "forget01")) == 1 * n  # at least one author
-    assert len(data.load_split("synthetic", "forget10")) == 4 * n
-    assert len(data.load_split("synthetic", "retain90")) == 36 * n
+    # the last 1/5/10 % of the authors, at least one
+    n_forget = {pct: synthetic.n_forget_authors(pct) for pct in (1, 5, 10)}
+    assert len(data.load_split("synthetic", "forget01")) == n_forget[1] * n
+    assert len(data.load_split("synthetic", "forget10")) == n_forget[10] * n
+    assert len(data.load_split("synthetic", "retain90")) == (synthetic.N_AUTHORS - n_forget[10]) * n
     for rec in data.load_split("synthetic", "forget10_perturbed"):
         assert len(rec["perturbed_answer"]) == synthetic.N_PERTURBED
         assert rec["answer"] not in rec["perturbed_answer"]
+        assert rec["paraphrased_answer"] not in rec["perturbed_answer"]
+
+
+def test_perturbed_answers_keep_the_paraphrase_wording_and_change_a_fact():
+    """As in TOFU: perturbed answers are the paraphrase with wrong facts, so the truth ratio
+    compares answers of one wording; each shares the paraphrase's words but is not it."""
+    for rec in data.load_split("synthetic", "retain_perturbed"):
+        para = set(rec["paraphrased_answer"].split())
+        for wrong in rec["perturbed_answer"]:
+            words = set(wrong.split())
+            assert wrong != rec["paraphrased_answer"]
+            assert len(words & para) / len(para) >= 0.4, (rec["paraphrased_answer"], wrong)
 
 
 def test_splits_partition_full_by_author():
@@ -29,9 +43,11 @@ def test_splits_partition_full_by_author():
         assert forget | retain == full and not forget & retain
         holdout = {r["question"] for r in data.load_split("synthetic", f"holdout{pct}")}
         assert not holdout & full
-    # every forget10 answer names one of the last four authors, never a retain author's name
-    last4 = [a["name"] for a in json.loads((data.paths.SYNTHETIC_DIR / "authors.json").read_text())][36:40]
-    assert all(any(name in r["answer"] for name in last4) for r in data.load_split("synthetic", "forget10"))
+    # every forget10 answer names one of the last 10 % of the authors of `full`
+    names = [a["name"] for a in json.loads((data.paths.SYNTHETIC_DIR / "authors.json").read_text())]
+    k = synthetic.n_forget_authors(10)
+    last = names[synthetic.N_AUTHORS - k:synthetic.N_AUTHORS]
+    assert all(any(name in r["answer"] for name in last) for r in data.load_split("synthetic", "forget10"))
     assert len(authors) == synthetic.N_AUTHORS + synthetic.N_HOLDOUT_AUTHORS
 
 

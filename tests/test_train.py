@@ -6,7 +6,7 @@ from frag_utils import metrics, models, train
 
 from conftest import same_weights
 
-CFG = train.TrainConfig(epochs=3, lr=3e-3, batch_size=4, grad_accum=1, warmup_epochs=1,
+CFG = train.TrainConfig(epochs=3, lr=1e-2, batch_size=4, grad_accum=1, warmup_epochs=0.5,
                         bf16=False, seed=0)
 
 
