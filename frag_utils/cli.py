@@ -1,4 +1,4 @@
-"""Command line: ``frag eval``, ``frag score``, ``frag run``, ``frag reproduce`` (also ``python -m frag_utils ...``)."""
+"""Command line: ``frag eval``, ``frag score``, ``frag prune``, ``frag run``, ``frag reproduce`` (also ``python -m frag_utils ...``)."""
 from __future__ import annotations
 
 import argparse
@@ -8,6 +8,7 @@ import time
 
 from .data import DataError
 from .models import ModelLoadError
+from .pruning import DEFAULT_LAM
 from .runs import RunError
 
 
@@ -40,6 +41,54 @@ def _score(args: argparse.Namespace) -> dict:
     if not args.per_layer:
         out.pop("per_layer")
     return out
+
+
+def _prune(args: argparse.Namespace) -> dict:
+    from . import calibration, pruning
+
+    calib = calibration.CalibConfig(n=args.n_calib, max_len=args.max_len, selection=args.selection,
+                                    seed=args.seed, chat=args.chat, batch_size=args.batch_size)
+    record = pruning.prune_checkpoint(args.model, args.out, args.data, args.forget_split, args.retain_split,
+                                      args.method, args.sparsity, args.beta, args.lam, args.variant, args.veto,
+                                      args.modules, calib, args.device, use_cache=not args.no_cache)
+    return {"out": str(args.out), **pruning.prune_summary(record)}
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"must be finite, got {text}")
+    return value
+
+
+def _fraction(text: str) -> float:
+    """argparse type: a number strictly between 0 and 1."""
+    value = _number(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1), got {text}")
+    return value
+
+
+def _veto_fraction(text: str) -> float:
+    """argparse type: a number in [0, 1)."""
+    value = _number(text)
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1), got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    """argparse type: an integer of at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
 
 
 def _run(args: argparse.Namespace) -> list[dict]:
@@ -93,6 +142,39 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--json", action="store_true", help="print JSON (the default output is JSON too)")
     sc.set_defaults(func=_score)
 
+    pr = sub.add_parser("prune", help="unlearn by pruning (FRP or Selective Pruning), save checkpoint + record",
+                        description="Prune a model with FRP (row-wise, the paper's Eq. 6) or Selective Pruning "
+                                    "(MLP neurons), check the achieved sparsity, and save the checkpoint with a "
+                                    "JSON record (frag_record.json) of settings and achieved sparsity.")
+    pr.add_argument("--model", required=True, help="smollm2-135m, tiny, a checkpoint directory or a hub id")
+    pr.add_argument("--data", default="synthetic", help="synthetic, a directory of <config>.json, or a hub id")
+    pr.add_argument("--forget-split", default="forget10")
+    pr.add_argument("--retain-split", default=None, help="default: the matching retainXX")
+    pr.add_argument("--method", required=True, choices=["frp", "sp"])
+    pr.add_argument("--sparsity", type=_fraction, default=None,
+                    help="frp: fraction of each row zeroed (default 0.03); sp: fraction of all MLP neurons removed "
+                         "(default 0.05)")
+    pr.add_argument("--beta", type=_number, default=0.05, help="frp: weight of the retain rank (paper: 0.05)")
+    pr.add_argument("--lam", type=_number, default=DEFAULT_LAM,
+                    help="frp: weight of the |W| rank (default 0: |W| already enters F and R)")
+    pr.add_argument("--variant", default=None, choices=["paper", "released", "down_in", "up"],
+                    help="frp: paper (Eq. 6, default) or released (the authors' code); "
+                         "sp: down_in (down_proj input, default) or up (up_proj output)")
+    pr.add_argument("--veto", type=_veto_fraction, default=0.05,
+                    help="frp released: per-row fraction by |W| x_r/x_f never pruned")
+    pr.add_argument("--modules", default="mlp", choices=["mlp", "attn", "all"], help="frp: modules pruned")
+    pr.add_argument("--n-calib", type=_positive_int, default=400,
+                    help="calibration sequences per split (all if the split has fewer)")
+    pr.add_argument("--max-len", type=_positive_int, default=256, help="tokens per calibration sequence")
+    pr.add_argument("--selection", default="first", choices=["first", "sample"])
+    pr.add_argument("--seed", type=int, default=0, help="for --selection sample")
+    pr.add_argument("--chat", action="store_true", help="chat template instead of plain Question/Answer text")
+    pr.add_argument("--batch-size", type=_positive_int, default=8)
+    pr.add_argument("--device", default="cpu")
+    pr.add_argument("--no-cache", action="store_true", help="recompute FRP calibration norms")
+    pr.add_argument("--out", required=True, help="checkpoint directory to write (replaced whole)")
+    pr.set_defaults(func=_prune)
+
     run = sub.add_parser("run", help="run one notebook through papermill, parameters checked")
     run.add_argument("notebook", help="e.g. 02_target_and_gold")
     run.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
@@ -115,6 +197,6 @@ def main(argv: list[str] | None = None) -> int:
     except (DataError, ModelLoadError, RunError, ValueError) as err:  # FragError, CalibrationError too
         print(f"frag {args.command}: error: {err}", file=sys.stderr)
         return 2
-    if args.command in ("eval", "score"):
+    if args.command in ("eval", "score", "prune"):
         print(json.dumps(out, indent=1))
     return 0

@@ -1,5 +1,5 @@
-"""Row-wise pruning: FRP (Forget-Retain Pruning, the paper's Eq. 6 / Algorithm 1) and the
-random-mask control of the same size.
+"""Pruning for unlearning: FRP (Forget-Retain Pruning, the paper's Eq. 6 / Algorithm 1), the
+random-mask control of the same size, and the Selective Pruning baseline (MLP neurons).
 
 FRP, per target module ``W [d_out, d_in]`` and output row ``i``::
 
@@ -11,17 +11,44 @@ ranks taken within the row (larger value, larger rank, 0-based), and the top
 ``variant="released"`` follows the authors' released code instead: the first rank is of the
 channel ratio ``x^f / x^r`` (not ``F``), and the retain term is a veto: in each row the top
 ``veto`` fraction by ``|W| x^r / x^f`` is never pruned.
+
+``lam`` defaults to :data:`DEFAULT_LAM` = 0: the paper leaves it a parameter, and ``|W|`` already
+enters ``F`` and ``R``; a positive ``lam`` moves the choice towards the largest weights whatever
+their forget/retain balance (closer to magnitude pruning, more utility lost), so the default adds
+no untuned magnitude prior and Eq. 6 reduces to ``rank(F) - beta * rank(R)``.
+
+Selective Pruning (SP, the neuron-level baseline): each MLP neuron is scored by its mean
+``|activation|`` on forget tokens over that on retain tokens, ``I_f / (I_r + eps)``, one global
+top ``fraction`` over all layers is chosen, and each chosen neuron is removed (its ``down_proj``
+column and its ``gate_proj`` / ``up_proj`` rows zeroed). The activation is the input of
+``down_proj``, ``act(gate(x)) * up(x)`` (``variant="down_in"``, the default), or the output of
+``up_proj`` (``variant="up"``, what the paper's released baseline scored). Padding tokens never
+enter the means.
+
+:func:`prune_checkpoint` does either method end to end (load, calibrate, prune, measure, save);
+``frag prune`` is its command line.
 """
 from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Callable
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
 
 from .frag import EPS, importance
+
+DEFAULT_LAM = 0.0  # the paper leaves lambda open; see the module docstring for why 0
+FRP_VARIANTS = ("paper", "released")
+SP_VARIANTS = ("down_in", "up")
+DEFAULT_SPARSITY = {"frp": 0.03, "sp": 0.05}  # paper: 3 % of each row; SP baseline: 5 % of neurons
+
+
+class PruningError(ValueError):
+    """Pruning that cannot run or did not do what was asked, with what is wrong."""
 
 
 def row_ranks(x: torch.Tensor) -> torch.Tensor:
@@ -49,7 +76,7 @@ def frp_scores(w: torch.Tensor, xf: torch.Tensor, xr: torch.Tensor, beta: float,
     if variant == "released":
         ratio = (xf / (xr + eps))[None, :].expand_as(w)
         return row_ranks(ratio).double() + lam * row_ranks(w.abs()).double(), r
-    raise ValueError(f"Unknown FRP variant {variant!r}; choose 'paper' or 'released'.")
+    raise PruningError(f"Unknown FRP variant {variant!r}; choose 'paper' or 'released'.")
 
 
 def top_k_mask(scores: torch.Tensor, k: int, blocked: torch.Tensor | None = None) -> torch.Tensor:
@@ -63,21 +90,38 @@ def top_k_mask(scores: torch.Tensor, k: int, blocked: torch.Tensor | None = None
     mask = torch.zeros_like(scores, dtype=torch.bool)
     mask.scatter_(1, idx, True)
     if blocked is not None and (mask & blocked).any():
-        raise ValueError("A row has fewer unvetoed entries than the pruning budget.")
+        raise PruningError("A row has fewer unvetoed entries than the pruning budget.")
     return mask
 
 
 @torch.no_grad()
 def frp_prune(modules: dict[str, nn.Linear], xf: dict[str, torch.Tensor], xr: dict[str, torch.Tensor],
-              rho: float = 0.03, beta: float = 0.05, lam: float = 0.0, variant: str = "paper",
+              rho: float = 0.03, beta: float = 0.05, lam: float = DEFAULT_LAM, variant: str = "paper",
               veto: float = 0.05) -> dict[str, dict]:
     """Zero the top ``floor(rho * d_in)`` FRP entries of every row of each module, in place.
 
+    Args:
+        modules: the Linear modules to prune, by name (weights ``[d_out, d_in]``).
+        xf, xr: forget and retain calibration norms by module name, each ``[d_in]``.
+        rho: fraction of each row zeroed; beta: retain-rank weight; lam: magnitude-rank weight.
+        variant: ``paper`` (Eq. 6) or ``released`` (channel ratio + retain veto).
+        veto: for ``released``, the per-row fraction by ``|W| x^r / x^f`` never pruned.
     Returns:
-        Per module: the number of entries zeroed per row and the achieved per-row sparsity.
+        Per module, measured on the weights after pruning: entries zeroed per row (equal in every
+        row), the achieved row sparsity, the total zeroed and ``d_in``.
+    Raises:
+        PruningError: rho outside (0, 1), an unknown variant, a veto that leaves fewer entries
+            than the budget, or a row that did not end with exactly ``floor(rho * d_in)`` zeros.
     """
     if not 0 < rho < 1:
-        raise ValueError(f"rho must be in (0, 1), got {rho}")
+        raise PruningError(f"rho must be in (0, 1), got {rho}")
+    if not 0 <= veto < 1:
+        raise PruningError(f"veto must be in [0, 1), got {veto}")
+    if variant not in FRP_VARIANTS:
+        raise PruningError(f"Unknown FRP variant {variant!r}; choose 'paper' or 'released'.")
+    missing = sorted(set(modules) - (set(xf) & set(xr)))
+    if missing:
+        raise PruningError(f"No calibration norms for module(s) {missing[:3]}: calibrate the same modules.")
     report = {}
     for name, m in modules.items():
         w = m.weight
@@ -87,8 +131,7 @@ def frp_prune(modules: dict[str, nn.Linear], xf: dict[str, torch.Tensor], xr: di
         if veto_score is not None:
             blocked = top_k_mask(veto_score, math.floor(veto * w.shape[1]))
         mask = top_k_mask(s, k, blocked)
-        w[mask] = 0.0
-        report[name] = _sparsity(mask, k)
+        report[name] = _apply_row_mask(w, mask, k, name)
     return report
 
 
@@ -100,15 +143,40 @@ def random_prune(modules: dict[str, nn.Linear], rho: float, seed: int = 0) -> di
     for name, m in modules.items():
         k = math.floor(rho * m.weight.shape[1])
         mask = top_k_mask(torch.rand(m.weight.shape, generator=gen), k)
-        m.weight[mask.to(m.weight.device)] = 0.0
-        report[name] = _sparsity(mask, k)
+        report[name] = _apply_row_mask(m.weight, mask.to(m.weight.device), k, name)
     return report
 
 
-def _sparsity(mask: torch.Tensor, k: int) -> dict:
-    per_row = mask.sum(dim=1)
-    assert bool((per_row == k).all()), "every row must lose exactly k entries"
-    return {"pruned_per_row": k, "row_sparsity": k / mask.shape[1], "pruned": int(per_row.sum())}
+def _apply_row_mask(w: torch.Tensor, mask: torch.Tensor, k: int, name: str) -> dict:
+    """Zero ``w [d_out, d_in]`` on ``mask`` in place, then measure what happened on the weights:
+    every row must hold exactly ``k`` zeroed entries and nothing off the mask may have moved."""
+    before = w.detach().clone()
+    w[mask] = 0.0
+    # entries already zero before (quantised checkpoints have some) count as pruned when chosen
+    per_row = ((w == 0) & mask).sum(dim=1)
+    if not bool((per_row == k).all()) or not bool((mask.sum(dim=1) == k).all()):
+        raise PruningError(f"'{name}': rows lost between {int(per_row.min())} and {int(per_row.max())} "
+                           f"entries, not the {k} asked for.")
+    if not torch.equal(w[~mask], before[~mask]):
+        raise PruningError(f"'{name}': entries outside the pruning mask changed.")
+    achieved = int(per_row[0]) if per_row.numel() else 0
+    return {"pruned_per_row": achieved, "row_sparsity": achieved / w.shape[1], "pruned": int(per_row.sum()),
+            "d_in": int(w.shape[1])}
+
+
+def zeroed_per_row(original: torch.Tensor, pruned: torch.Tensor) -> dict:
+    """Entries of each row of ``pruned [d_out, d_in]`` that are zero where ``original`` was not.
+
+    A check from the weights alone (e.g. of a saved checkpoint); entries that were already zero
+    are not counted, so on a model without exact zeros this is the pruned count per row.
+
+    Returns:
+        ``min`` and ``max`` over rows, ``d_in``, and ``other_changes``: entries changed to a non-zero value.
+    """
+    zeroed = ((pruned == 0) & (original != 0)).sum(dim=1)
+    other = int(((pruned != original) & (pruned != 0)).sum())
+    return {"min": int(zeroed.min()), "max": int(zeroed.max()), "d_in": int(original.shape[1]),
+            "other_changes": other}
 
 
 @torch.no_grad()
@@ -136,3 +204,284 @@ def edited_copy(model: nn.Module, edit: Callable[[dict[str, nn.Linear]], Any], s
     clone = copy.deepcopy(model)
     info = edit(select_modules(clone, scope))
     return state_dict_of(clone), info
+
+
+# ---------------------------------------------------------------------------------------------
+# Selective Pruning (SP): the neuron-level baseline
+
+
+def mlp_blocks(model: nn.Module) -> dict[str, nn.Module]:
+    """The gated MLPs of ``model`` (modules with ``gate_proj``, ``up_proj`` and ``down_proj``), in model order.
+
+    Raises:
+        PruningError: the model has no such MLP, or their widths do not fit together.
+    """
+    blocks = {}
+    for name, m in model.named_modules():
+        parts = [getattr(m, p, None) for p in ("gate_proj", "up_proj", "down_proj")]
+        if all(isinstance(p, nn.Linear) for p in parts):
+            gate, up, down = parts
+            if not gate.out_features == up.out_features == down.in_features:
+                raise PruningError(f"'{name}': gate_proj/up_proj outputs ({gate.out_features}, {up.out_features}) "
+                                   f"do not match down_proj's input ({down.in_features}).")
+            blocks[name] = m
+    if not blocks:
+        raise PruningError("Selective Pruning needs gated MLPs (modules with gate_proj, up_proj and down_proj, "
+                           "as in Llama); this model has none.")
+    return blocks
+
+
+@torch.no_grad()
+def neuron_activations(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: Any,
+                       variant: str = "down_in") -> dict[str, torch.Tensor]:
+    """Mean ``|activation|`` of every MLP neuron over the (non-padding) tokens of ``records``.
+
+    Args:
+        config: a :class:`frag_utils.calibration.CalibConfig` (n, max_len, selection, chat, batch
+            size; its ``statistic`` is not used).
+        variant: ``down_in`` (the input of ``down_proj``, ``act(gate(x)) * up(x)``) or ``up``
+            (the output of ``up_proj``).
+    Returns:
+        ``{MLP name: mean |a| [d_ff]}`` (fp32, on the CPU).
+    """
+    from .calibration import encode_calibration, select_records
+    from .prompts import batches, collate
+
+    if variant not in SP_VARIANTS:
+        raise PruningError(f"Unknown Selective Pruning variant {variant!r}; choose 'down_in' or 'up'.")
+    blocks = mlp_blocks(model)
+    if len(records) == 0:
+        raise PruningError("Selective Pruning needs forget and retain text: a split is empty.")
+    encoded = encode_calibration(tokenizer, select_records(records, config), config)
+    device = next(model.parameters()).device
+    acc = {name: torch.zeros(b.down_proj.in_features, dtype=torch.float64, device=device) for name, b in blocks.items()}
+    state: dict[str, torch.Tensor] = {}
+
+    def add(name: str, a: torch.Tensor) -> None:  # a [B, T, d_ff]; padded positions masked out
+        acc[name] += (a.float().abs() * state["mask"][..., None]).sum(dim=(0, 1)).double()
+
+    if variant == "down_in":
+        handles = [b.down_proj.register_forward_pre_hook(lambda _m, args, n=name: add(n, args[0]))
+                   for name, b in blocks.items()]
+    else:
+        handles = [b.up_proj.register_forward_hook(lambda _m, _args, out, n=name: add(n, out))
+                   for name, b in blocks.items()]
+    was_training = model.training
+    model.eval()
+    tokens = 0
+    try:
+        for chunk in batches(encoded, config.batch_size):
+            batch = {k: v.to(device) for k, v in collate(chunk, tokenizer.pad_token_id, side="right").items()}
+            state["mask"] = batch["attention_mask"].float()
+            tokens += int(batch["attention_mask"].sum())
+            model(**batch)
+    finally:
+        for h in handles:
+            h.remove()
+        model.train(was_training)
+    if tokens == 0:
+        raise PruningError("The calibration text has no tokens.")
+    return {k: (v / tokens).float().cpu() for k, v in acc.items()}
+
+
+def sp_scores(forget_act: dict[str, torch.Tensor], retain_act: dict[str, torch.Tensor], eps: float = EPS
+              ) -> dict[str, torch.Tensor]:
+    """Selective Pruning scores ``I_f / (I_r + eps)`` per neuron (``[d_ff]`` per MLP)."""
+    if set(forget_act) != set(retain_act):
+        raise PruningError("Forget and retain activations must cover the same MLPs.")
+    return {k: forget_act[k].double() / (retain_act[k].double() + eps) for k in forget_act}
+
+
+def sp_select(scores: dict[str, torch.Tensor], fraction: float) -> dict[str, list[int]]:
+    """The global top ``floor(fraction * all neurons)`` by score, as sorted neuron indices per MLP.
+
+    Ties go to the earlier MLP (in ``scores`` order), then the lower index.
+    """
+    if not 0 < fraction < 1:
+        raise PruningError(f"The Selective Pruning fraction must be in (0, 1), got {fraction}")
+    names = list(scores)
+    flat = torch.cat([scores[n].double().cpu() for n in names])
+    k = math.floor(fraction * flat.numel())
+    if k < 1:
+        raise PruningError(f"fraction {fraction} of {flat.numel()} neurons removes none; use at least "
+                           f"{1 / flat.numel():.2g}.")
+    top = flat.argsort(descending=True, stable=True)[:k]
+    chosen: dict[str, list[int]] = {n: [] for n in names}
+    bounds = torch.tensor([scores[n].numel() for n in names]).cumsum(0)
+    for i in sorted(top.tolist()):
+        layer = int(torch.searchsorted(bounds, i, right=True))
+        chosen[names[layer]].append(i - (int(bounds[layer - 1]) if layer else 0))
+    return chosen
+
+
+def removed_neurons(blocks: dict[str, nn.Module]) -> dict[str, list[int]]:
+    """Neurons of each MLP whose ``down_proj`` column and ``gate_proj``/``up_proj`` rows are all zero."""
+    out = {}
+    for name, b in blocks.items():
+        dead = ((b.down_proj.weight == 0).all(dim=0) & (b.gate_proj.weight == 0).all(dim=1)
+                & (b.up_proj.weight == 0).all(dim=1))
+        out[name] = dead.nonzero().flatten().tolist()
+    return out
+
+
+@torch.no_grad()
+def remove_neurons(blocks: dict[str, nn.Module], chosen: dict[str, list[int]]) -> dict[str, list[int]]:
+    """Zero the ``down_proj`` columns and ``gate_proj``/``up_proj`` rows (and their biases) of the
+    ``chosen`` neurons, in place, then check on the weights that exactly those were removed.
+
+    Returns:
+        The neurons removed by this call per MLP (measured: newly all-zero).
+    Raises:
+        PruningError: an index out of range, or the measured removal differs from ``chosen``.
+    """
+    before = removed_neurons(blocks)
+    for name, idx in chosen.items():
+        b = blocks[name]
+        if idx and not 0 <= min(idx) <= max(idx) < b.down_proj.in_features:
+            raise PruningError(f"'{name}': neuron index out of range [0, {b.down_proj.in_features}).")
+        t = torch.tensor(idx, dtype=torch.long, device=b.down_proj.weight.device)
+        b.down_proj.weight[:, t] = 0.0
+        for proj in (b.gate_proj, b.up_proj):
+            proj.weight[t, :] = 0.0
+            if proj.bias is not None:
+                proj.bias[t] = 0.0
+    after = removed_neurons(blocks)
+    newly = {}
+    for name in blocks:
+        want = set(before[name]) | set(chosen.get(name, []))
+        if set(after[name]) != want:
+            raise PruningError(f"'{name}': {len(set(after[name]) ^ want)} neuron(s) differ from the chosen ones "
+                               "after removal.")
+        newly[name] = sorted(set(after[name]) - set(before[name]))
+    return newly
+
+
+def selective_prune(model: nn.Module, tokenizer: Any, forget: Sequence[dict], retain: Sequence[dict],
+                    fraction: float = 0.05, variant: str = "down_in", config: Any = None,
+                    eps: float = EPS) -> dict:
+    """Selective Pruning in place: score neurons on forget over retain text, remove the global top fraction.
+
+    Args:
+        forget, retain: TOFU records (``question``, ``answer``).
+        fraction: share of all MLP neurons removed (one global top over every layer).
+        variant: ``down_in`` (score the input of ``down_proj``, default) or ``up`` (the output of
+            ``up_proj``, the paper's released baseline).
+        config: a :class:`frag_utils.calibration.CalibConfig` for the text (default: its defaults).
+    Returns:
+        The record: settings, neurons in total and removed, the removed indices per MLP.
+    Raises:
+        PruningError: no gated MLP, fraction outside (0, 1), empty data, an unknown variant.
+    """
+    from .calibration import CalibConfig, select_records
+
+    config = config or CalibConfig()
+    if variant not in SP_VARIANTS:
+        raise PruningError(f"Unknown Selective Pruning variant {variant!r}; choose 'down_in' or 'up'.")
+    if not 0 < fraction < 1:
+        raise PruningError(f"The Selective Pruning fraction must be in (0, 1), got {fraction}")
+    for role, recs in (("forget", forget), ("retain", retain)):
+        if len(recs) == 0:
+            raise PruningError(f"Selective Pruning needs forget and retain text: the {role} split is empty.")
+    blocks = mlp_blocks(model)
+    scores = sp_scores(neuron_activations(model, tokenizer, forget, config, variant),
+                       neuron_activations(model, tokenizer, retain, config, variant), eps)
+    chosen = sp_select(scores, fraction)
+    removed = remove_neurons(blocks, chosen)
+    n_total = sum(s.numel() for s in scores.values())
+    return {"method": "sp", "variant": variant, "fraction": fraction, "eps": eps, "n_neurons": n_total,
+            "n_removed": sum(len(v) for v in removed.values()), "requested": math.floor(fraction * n_total),
+            "removed_per_mlp": {k: len(v) for k, v in removed.items()}, "removed": removed,
+            "n_forget_used": len(select_records(forget, config)), "n_retain_used": len(select_records(retain, config))}
+
+
+# ---------------------------------------------------------------------------------------------
+# End to end: what ``frag prune`` runs
+
+
+def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthetic", forget_split: str = "forget10",
+                     retain_split: str | None = None, method: str = "frp", sparsity: float | None = None,
+                     beta: float = 0.05, lam: float = DEFAULT_LAM, variant: str | None = None, veto: float = 0.05,
+                     scope: str = "mlp", calib: Any = None, device: str = "cpu", use_cache: bool = True) -> dict:
+    """Load a model, calibrate on forget/retain text, prune with FRP or SP, check, and save.
+
+    Args:
+        model_id: ``smollm2-135m``, ``tiny``, a checkpoint directory or a hub id.
+        out: checkpoint directory to write (replaced whole); the record goes in ``frag_record.json``.
+        method: ``frp`` or ``sp``.
+        sparsity: FRP: fraction of each row zeroed (default 0.03); SP: fraction of all MLP
+            neurons removed (default 0.05).
+        beta, lam, veto, scope: FRP only (retain-rank weight, magnitude-rank weight, released
+            variant's veto fraction, modules pruned).
+        variant: FRP ``paper`` (default) | ``released``; SP ``down_in`` (default) | ``up``.
+        calib: a :class:`frag_utils.calibration.CalibConfig` (default: 400 sequences of 256 tokens,
+            the paper's setting); fewer records than ``n`` means all are used, and the record says how many.
+    Returns:
+        The record written next to the checkpoint: settings, model and data ids, calibration
+        counts, achieved sparsity per module (FRP) or removed neurons per MLP (SP), provenance.
+    Raises:
+        PruningError: bad settings, or a pruning that did not achieve what was asked.
+    """
+    from . import calibration, data, models, records
+
+    start = time.time()
+    if method not in DEFAULT_SPARSITY:
+        raise PruningError(f"Unknown pruning method {method!r}; choose 'frp' or 'sp'.")
+    allowed = FRP_VARIANTS if method == "frp" else SP_VARIANTS
+    variant = variant or allowed[0]
+    if variant not in allowed:
+        raise PruningError(f"Variant {variant!r} does not belong to method '{method}'; choose one of {list(allowed)}.")
+    sparsity = DEFAULT_SPARSITY[method] if sparsity is None else sparsity
+    if not 0 < sparsity < 1:
+        raise PruningError(f"sparsity must be in (0, 1), got {sparsity}")
+    if not (math.isfinite(beta) and math.isfinite(lam)):
+        raise PruningError(f"beta and lam must be finite, got beta={beta}, lam={lam}")
+    if not 0 <= veto < 1:
+        raise PruningError(f"veto must be in [0, 1), got {veto}")
+    calib = calib or calibration.CalibConfig(n=400, max_len=256)
+    retain_split = retain_split or data.matching_retain(forget_split)
+    forget = data.load_split(data_source, forget_split)
+    retain = data.load_split(data_source, retain_split)
+    model, tokenizer = models.load_model(model_id, device=device)
+    settings = {"method": method, "variant": variant, "sparsity": sparsity}
+    if method == "frp":
+        modules = calibration.select_modules(model, scope)
+        too_narrow = sorted({m.in_features for m in modules.values() if math.floor(sparsity * m.in_features) < 1})
+        if too_narrow:
+            raise PruningError(f"sparsity {sparsity} prunes no entry of rows of width {too_narrow[0]}; "
+                               f"use at least {1 / too_narrow[0]:.2g}.")
+        norms = {}
+        for role, split, recs in (("forget", forget_split, forget), ("retain", retain_split, retain)):
+            norms[role], _ = calibration.calibrate(model, tokenizer, model_id, data_source, split, recs, modules,
+                                                   calib, use_cache)
+        report = frp_prune(modules, norms["forget"], norms["retain"], rho=sparsity, beta=beta, lam=lam,
+                           variant=variant, veto=veto)
+        for name, m in modules.items():  # the request, checked against what frp_prune measured
+            report[name]["requested_per_row"] = math.floor(sparsity * m.in_features)
+            if report[name]["pruned_per_row"] != report[name]["requested_per_row"]:
+                raise PruningError(f"'{name}': {report[name]['pruned_per_row']} entries pruned per row, "
+                                   f"asked for floor({sparsity} * {m.in_features}).")
+        settings.update(beta=beta, lam=lam, scope=scope, **({"veto": veto} if variant == "released" else {}))
+        result = {"achieved": report, "n_forget_used": len(calibration.select_records(forget, calib)),
+                  "n_retain_used": len(calibration.select_records(retain, calib)),
+                  "row_sparsity_min": min(r["row_sparsity"] for r in report.values()),
+                  "row_sparsity_max": max(r["row_sparsity"] for r in report.values()),
+                  "pruned_total": sum(r["pruned"] for r in report.values())}
+    else:
+        result = selective_prune(model, tokenizer, forget, retain, sparsity, variant, calib)
+        if result["n_removed"] != result["requested"]:
+            raise PruningError(f"{result['n_removed']} neurons removed, asked for {result['requested']}.")
+        for key in ("method", "variant", "fraction"):
+            result.pop(key)
+    calib_record = {k: v for k, v in calib.as_dict().items() if method == "frp" or k != "statistic"}
+    params = {"model": model_id, "data": data_source, "forget_split": forget_split, "retain_split": retain_split,
+              **settings, "calibration": calib_record}
+    record = {**params, **result, "seconds": round(time.time() - start, 1),
+              "provenance": records.provenance("frag_utils.pruning.prune_checkpoint", params)}
+    models.save_checkpoint(model, tokenizer, out, record)
+    return record
+
+
+def prune_summary(record: dict) -> dict:
+    """The short view of a :func:`prune_checkpoint` record that ``frag prune`` prints."""
+    drop = ("achieved", "removed", "provenance")
+    return {k: v for k, v in record.items() if k not in drop}

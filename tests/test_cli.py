@@ -1,8 +1,14 @@
 import json
+import math
+import os
 import subprocess
 import sys
 
-from frag_utils import paths
+import torch
+from test_pruning import _sp_by_hand, check_frp_rows
+
+from frag_utils import calibration, cli, data, models, paths, pruning
+from frag_utils.calibration import CalibConfig
 
 
 def _frag(*args):
@@ -29,3 +35,83 @@ def test_eval_bad_input_is_one_clear_line():
 def test_run_refuses_unknown_parameter():
     out = _frag("run", "01_data", "-p", "data_sauce", "synthetic")
     assert out.returncode == 2 and "Unknown parameter(s) ['data_sauce']" in out.stderr
+
+
+def _prune(tmp_path, *args):
+    """``frag prune`` with its calibration cache in ``tmp_path`` (the embedded model copy is shared)."""
+    cache = tmp_path / "cache"
+    if not cache.exists():
+        cache.mkdir()
+        shared = paths.cache_dir() / "models"
+        shared.mkdir(exist_ok=True)
+        (cache / "models").symlink_to(shared, target_is_directory=True)
+    return subprocess.run([sys.executable, "-m", "frag_utils", "prune", *args], capture_output=True, text=True,
+                          cwd=paths.REPO_ROOT, timeout=600,
+                          env={**os.environ, "FRAG_PROGRESS": "0", "FRAG_CACHE_DIR": str(cache)})
+
+
+def test_prune_frp_writes_checkpoint_and_record_that_match(tmp_path, tiny, tokenizer):
+    out_dir = tmp_path / "frp"
+    out = _prune(tmp_path, "--model", "tiny", "--data", "synthetic", "--forget-split", "forget10",
+                 "--retain-split", "retain90", "--method", "frp", "--sparsity", "0.1", "--beta", "0.05",
+                 "--lam", "0.5", "--n-calib", "400", "--max-len", "32", "--out", str(out_dir))
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    # the synthetic splits hold fewer than 400 records: all are used, and the record says so
+    assert summary["n_forget_used"] == 30 and summary["n_retain_used"] == 270 and summary["calibration"]["n"] == 400
+    assert summary["method"] == "frp" and summary["variant"] == "paper" and summary["lam"] == 0.5
+    assert models.is_checkpoint(out_dir)
+    record = models.load_record(out_dir)
+    pruned, _ = models.load_model(str(out_dir))
+    w0, w1 = tiny.state_dict(), pruned.state_dict()
+    mlp = calibration.select_modules(tiny, "mlp")
+    cfg = CalibConfig(n=400, max_len=32)
+    xf = calibration.activation_norms(tiny, tokenizer, data.load_split("synthetic", "forget10"), mlp, cfg)
+    xr = calibration.activation_norms(tiny, tokenizer, data.load_split("synthetic", "retain90"), mlp, cfg)
+    assert sorted(record["achieved"]) == sorted(mlp)
+    for name, m in mlp.items():
+        k = math.floor(0.1 * m.in_features)
+        key = f"{name}.weight"
+        assert pruning.zeroed_per_row(w0[key], w1[key]) == {"min": k, "max": k, "d_in": m.in_features,
+                                                            "other_changes": 0}
+        assert record["achieved"][name]["pruned_per_row"] == record["achieved"][name]["requested_per_row"] == k
+        assert record["achieved"][name]["row_sparsity"] == k / m.in_features
+        check_frp_rows(w0[key], w1[key], xf[name], xr[name], 0.1, 0.05, 0.5)  # the top of S, computed directly
+    assert all(torch.equal(w0[k], w1[k]) for k in w0 if ".mlp." not in k)
+    assert record["provenance"]["params"]["model"] == "tiny" and record["data"] == "synthetic"
+
+
+def test_prune_sp_removes_the_neurons_its_record_names(tmp_path, tiny, tokenizer):
+    out_dir = tmp_path / "sp"
+    out = _prune(tmp_path, "--model", "tiny", "--method", "sp", "--variant", "up", "--n-calib", "6",
+                 "--max-len", "40", "--out", str(out_dir))
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout)
+    assert summary["sparsity"] == 0.05 and summary["n_removed"] == summary["requested"] == math.floor(0.05 * 256)
+    record = models.load_record(out_dir)
+    _, expected = _sp_by_hand(tiny, tokenizer, data.load_split("synthetic", "forget10"),
+                              data.load_split("synthetic", "retain90"), CalibConfig(n=6, max_len=40), 0.05, "up")
+    assert record["removed"] == expected and record["variant"] == "up"
+    pruned, _ = models.load_model(str(out_dir))
+    assert pruning.removed_neurons(pruning.mlp_blocks(pruned)) == expected
+    w0, w1 = tiny.state_dict(), pruned.state_dict()
+    assert sum(int((w0[k] != w1[k]).sum()) for k in w0) == sum(len(v) for v in expected.values()) * 3 * 64
+
+
+def test_prune_bad_input_is_one_clear_line(tmp_path, capsys):
+    base = ["prune", "--model", "tiny", "--out", str(tmp_path / "o")]
+    for args, msg in ((["--method", "frp", "--sparsity", "1.5"], "--sparsity: must be in (0, 1)"),
+                      (["--method", "frp", "--sparsity", "abc"], "'abc' is not a number"),
+                      (["--method", "wanda"], "invalid choice: 'wanda'"),
+                      (["--method", "sp", "--n-calib", "0"], "--n-calib: must be at least 1"),
+                      (["--method", "frp", "--variant", "up"], "Variant 'up' does not belong to method 'frp'"),
+                      (["--method", "frp", "--sparsity", "0.001"], "prunes no entry of rows of width 64"),
+                      (["--method", "sp", "--forget-split", "forget11"], "Unknown config 'forget11'"),
+                      (["--method", "sp", "--model", "./missing_dir"], "does not exist")):
+        try:  # in process: argparse exits with 2, library errors return 2; any other exception fails here
+            code = cli.main([*base, *args])
+        except SystemExit as exit_:
+            code = exit_.code
+        err = capsys.readouterr().err
+        assert code == 2 and msg in err and err.startswith(("usage: frag prune", "frag prune: error:")), (args, err)
+    assert not (tmp_path / "o").exists()

@@ -1,10 +1,14 @@
 import math
 
+import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from frag_utils import pruning
+from frag_utils import calibration, data, models, pruning
+from frag_utils.calibration import CalibConfig
+from frag_utils.prompts import collate
 
 
 def _layer(d_out=6, d_in=20, seed=0):
@@ -66,7 +70,7 @@ def test_random_prune_budget_and_noise_l2():
     big = nn.Linear(400, 300, bias=False)
     before = big.weight.detach().clone()
     sigma = pruning.add_isotropic_noise({"l": big}, target_l2=5.0, seed=0)
-    assert float((big.weight - before).norm()) == pytest.approx(5.0, rel=0.01)
+    assert float((big.weight.detach() - before).norm()) == pytest.approx(5.0, rel=0.01)
     assert sigma == pytest.approx(5.0 / math.sqrt(400 * 300))
 
 
@@ -76,3 +80,200 @@ def test_bad_prune_settings():
         pruning.frp_prune({"l": m}, {"l": xf}, {"l": xr}, rho=0.0)
     with pytest.raises(ValueError, match="variant"):
         pruning.frp_scores(m.weight, xf, xr, 0.05, 0.0, variant="other")
+
+
+# --- FRP on the tiny model, against a direct per-row computation -------------------------------
+
+
+def frp_by_hand(w, xf, xr, rho, beta, lam, variant="paper", veto=0.0, eps=1e-6):
+    """Per-row FRP scores S, vetoed entries and budget k, computed directly with NumPy sorts.
+
+    Returns ``(S [d_out, d_in], vetoed [d_out, d_in] bool, k)``.
+    """
+    w, xf, xr = (t.detach().double().cpu().numpy() for t in (w, xf, xr))
+    a = np.abs(w)
+    rank = lambda v: np.argsort(np.argsort(v, axis=1, kind="stable"), axis=1, kind="stable")  # noqa: E731
+    f, r = a * (xf / (xr + eps)), a * (xr / (xf + eps))
+    vetoed = np.zeros(w.shape, dtype=bool)
+    if variant == "paper":
+        s = rank(f) - beta * rank(r) + lam * rank(a)
+    else:
+        s = rank(np.broadcast_to(xf / (xr + eps), w.shape)) + lam * rank(a)
+        n_veto = math.floor(veto * w.shape[1])
+        np.put_along_axis(vetoed, np.argsort(-r, axis=1, kind="stable")[:, :n_veto], True, axis=1)
+    return s, vetoed, math.floor(rho * w.shape[1])
+
+
+def check_frp_rows(before, after, xf, xr, rho, beta, lam, variant="paper", veto=0.0):
+    """Every row lost exactly k entries, nothing else moved, none vetoed, and the lost ones are the
+    top of S among the allowed entries (ties at the threshold allowed either way)."""
+    s, vetoed, k = frp_by_hand(before, xf, xr, rho, beta, lam, variant, veto)
+    assert not (before == 0).any()  # a random model: no exact zeros, so 'zeroed' is 'pruned'
+    zeroed = (after == 0).cpu().numpy()
+    assert (zeroed.sum(axis=1) == k).all()
+    assert torch.equal(after[~torch.from_numpy(zeroed)], before[~torch.from_numpy(zeroed)])
+    assert not (zeroed & vetoed).any(), "a vetoed entry was pruned"
+    lowest_pruned = np.where(zeroed, s, np.inf).min(axis=1)
+    highest_kept = np.where(~zeroed & ~vetoed, s, -np.inf).max(axis=1)
+    assert (lowest_pruned >= highest_kept).all()
+    return s, vetoed, k
+
+
+@pytest.fixture(scope="module")
+def tiny_norms(tokenizer):
+    model = models.build_tiny_model(len(tokenizer), seed=0).eval()
+    cfg = CalibConfig(n=6, max_len=48, batch_size=4)
+    mods = calibration.select_modules(model, "mlp")
+    xf = calibration.activation_norms(model, tokenizer, data.load_split("synthetic", "forget10"), mods, cfg)
+    xr = calibration.activation_norms(model, tokenizer, data.load_split("synthetic", "retain90"), mods, cfg)
+    return model, xf, xr
+
+
+@pytest.mark.parametrize("variant,rho,lam,veto", [("paper", 0.03, 0.0, 0.0), ("paper", 0.1, 0.5, 0.0),
+                                                  ("released", 0.1, 0.0, 0.3), ("released", 0.05, 0.2, 0.05)])
+def test_frp_on_tiny_model_is_the_top_of_s_per_row(tiny_norms, variant, rho, lam, veto):
+    model, xf, xr = tiny_norms
+    before = {n: m.weight.detach().clone() for n, m in calibration.select_modules(model, "mlp").items()}
+    sd, report = pruning.edited_copy(model, lambda mods: pruning.frp_prune(mods, xf, xr, rho=rho, beta=0.05, lam=lam,
+                                                                            variant=variant, veto=veto))
+    for name, w0 in before.items():
+        _, vetoed, k = check_frp_rows(w0, sd[f"{name}.weight"], xf[name], xr[name], rho, 0.05, lam, variant, veto)
+        assert k >= 1 and report[name] == {"pruned_per_row": k, "row_sparsity": k / w0.shape[1],
+                                           "pruned": k * w0.shape[0], "d_in": w0.shape[1]}
+        if variant == "released" and veto >= 0.3:  # the veto binds: some top-ratio entries were protected
+            top_ratio = np.argsort(-(xf[name] / (xr[name] + 1e-6)).numpy(), kind="stable")[:k]
+            assert vetoed[:, top_ratio].any()
+    assert all(torch.equal(model.state_dict()[k], v) for k, v in ((f"{n}.weight", w) for n, w in before.items()))
+
+
+def test_already_zero_entries_count_as_pruned_and_measurement_is_checked():
+    m, xf, xr = _layer(seed=2)
+    top = int((xf / xr).argmax())
+    with torch.no_grad():  # quantised checkpoints hold exact zeros; released ranks ignore |W| at lam 0
+        m.weight[:, top] = 0.0
+    rep = pruning.frp_prune({"l": m}, {"l": xf}, {"l": xr}, rho=0.2, variant="released", veto=0.0)
+    assert rep["l"]["pruned_per_row"] == 4 and ((m.weight == 0).sum(dim=1) == 4).all()
+    w0 = torch.randn(3, 10)
+    w1 = w0.clone()
+    w1[:, :2] = 0.0
+    w1[0, 5] += 1.0
+    assert pruning.zeroed_per_row(w0, w1) == {"min": 2, "max": 2, "d_in": 10, "other_changes": 1}
+
+
+# --- Selective Pruning ------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def _sp_by_hand(model, tokenizer, forget, retain, cfg, fraction, variant):
+    """Mean |activation| per neuron from each record alone (no padding), the MLP recomputed by hand
+    from its input; scores and the global top set by a plain sort."""
+    blocks = {n: m for n, m in model.named_modules() if n.endswith(".mlp")}
+    acts = {}
+    for role, recs in (("forget", forget), ("retain", retain)):
+        xs = {n: [] for n in blocks}
+        hooks = [b.register_forward_pre_hook(lambda _m, args, n=n: xs[n].append(args[0][0].double()))
+                 for n, b in blocks.items()]
+        with torch.no_grad():
+            for enc in calibration.encode_calibration(tokenizer, calibration.select_records(recs, cfg), cfg):
+                model(input_ids=torch.tensor([enc["input_ids"]]))
+        for h in hooks:
+            h.remove()
+        acts[role] = {}
+        for n, b in blocks.items():
+            x = torch.cat(xs[n])  # [all tokens, d_model]
+            up = x @ b.up_proj.weight.double().T
+            a = up if variant == "up" else F.silu(x @ b.gate_proj.weight.double().T) * up
+            acts[role][n] = a.abs().mean(dim=0)
+    scores = [(float(acts["forget"][n][j] / (acts["retain"][n][j] + 1e-6)), n, j)
+              for n in blocks for j in range(acts["forget"][n].numel())]
+    k = math.floor(fraction * len(scores))
+    chosen = {n: [] for n in blocks}
+    for _, n, j in sorted(scores, key=lambda t: -t[0])[:k]:
+        chosen[n].append(j)
+    return acts, {n: sorted(v) for n, v in chosen.items()}
+
+
+@pytest.mark.parametrize("variant", ["down_in", "up"])
+def test_selective_pruning_removes_exactly_the_chosen_neurons(tiny, tokenizer, variant):
+    forget, retain = data.load_split("synthetic", "forget10"), data.load_split("synthetic", "retain90")
+    cfg = CalibConfig(n=7, max_len=48, batch_size=3)  # batches of 3 unequal lengths: padding present
+    acts, expected = _sp_by_hand(tiny, tokenizer, forget, retain, cfg, 0.05, variant)
+    got = pruning.neuron_activations(tiny, tokenizer, forget, cfg, variant)
+    assert all(torch.allclose(got[n].double(), acts["forget"][n], rtol=1e-4, atol=1e-7) for n in got)
+    before = {k: v.clone() for k, v in tiny.state_dict().items()}
+    probe = collate([{"input_ids": e["input_ids"]} for e in calibration.encode_calibration(
+        tokenizer, forget[:3], cfg)], tokenizer.pad_token_id)
+    with torch.no_grad():
+        logits0 = tiny(**probe).logits
+    rec = pruning.selective_prune(tiny, tokenizer, forget, retain, fraction=0.05, variant=variant, config=cfg)
+    assert rec["removed"] == expected and rec["n_removed"] == rec["requested"] == math.floor(0.05 * 256)
+    assert rec["n_forget_used"] == 7 and rec["n_retain_used"] == 7
+    after = tiny.state_dict()
+    for k, w0 in before.items():  # exactly the chosen down columns and gate/up rows are zero now
+        block = k.rsplit(".", 2)[0]
+        idx = expected.get(block, [])
+        changed = (after[k] != w0)
+        if k.endswith("down_proj.weight"):
+            assert (after[k][:, idx] == 0).all() and changed.any(dim=0).nonzero().flatten().tolist() == idx
+        elif k.endswith(("gate_proj.weight", "up_proj.weight")):
+            assert (after[k][idx] == 0).all() and changed.any(dim=1).nonzero().flatten().tolist() == idx
+        else:
+            assert not changed.any(), k
+    # the output no longer depends on the removed neurons: noise injected there changes nothing
+    blocks = pruning.mlp_blocks(tiny)
+
+    def inject(n):
+        def fn(_m, args):
+            x = args[0].clone()
+            x[..., expected[n]] = 100 * torch.randn(x[..., expected[n]].shape)
+            return (x,)
+        return fn
+
+    with torch.no_grad():
+        logits1 = tiny(**probe).logits
+        hooks = [b.down_proj.register_forward_pre_hook(inject(n)) for n, b in blocks.items()]
+        logits2 = tiny(**probe).logits
+        for h in hooks:
+            h.remove()
+    assert torch.equal(logits1, logits2) and not torch.allclose(logits0, logits1)
+    tiny.load_state_dict(before)
+    with torch.no_grad():  # control: the same injection does move the unpruned model
+        hooks = [b.down_proj.register_forward_pre_hook(inject(n)) for n, b in blocks.items()]
+        assert not torch.allclose(tiny(**probe).logits, logits0)
+        for h in hooks:
+            h.remove()
+
+
+def test_selective_pruning_bad_inputs(tiny, tokenizer):
+    forget = data.load_split("synthetic", "forget10", limit=2)
+    cfg = CalibConfig(n=2, max_len=16)
+    for fraction in (0.0, 1.0, -0.1):
+        with pytest.raises(pruning.PruningError, match="fraction must be in"):
+            pruning.selective_prune(tiny, tokenizer, forget, forget, fraction, config=cfg)
+    with pytest.raises(pruning.PruningError, match="removes none"):
+        pruning.selective_prune(tiny, tokenizer, forget, forget, 0.001, config=cfg)
+    with pytest.raises(pruning.PruningError, match="forget split is empty"):
+        pruning.selective_prune(tiny, tokenizer, [], forget, config=cfg)
+    with pytest.raises(pruning.PruningError, match="variant"):
+        pruning.selective_prune(tiny, tokenizer, forget, forget, variant="down", config=cfg)
+
+    class NoGates(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = nn.Linear(4, 8), nn.Linear(8, 4)
+
+    with pytest.raises(pruning.PruningError, match="gated MLPs"):
+        pruning.mlp_blocks(NoGates())
+    with pytest.raises(pruning.PruningError, match="out of range"):
+        pruning.remove_neurons(pruning.mlp_blocks(tiny), {"model.layers.0.mlp": [128]})
+
+
+def test_prune_checkpoint_refuses_bad_settings_before_loading(tmp_path):
+    for kwargs, msg in (({"method": "wanda"}, "Unknown pruning method"),
+                        ({"method": "frp", "variant": "up"}, "does not belong"),
+                        ({"method": "sp", "variant": "released"}, "does not belong"),
+                        ({"method": "sp", "sparsity": 1.0}, r"sparsity must be in \(0, 1\)"),
+                        ({"method": "frp", "lam": math.inf}, "finite")):
+        with pytest.raises(pruning.PruningError, match=msg):
+            pruning.prune_checkpoint("./does_not_exist", tmp_path / "out", **kwargs)
+    assert not (tmp_path / "out").exists()
