@@ -327,3 +327,24 @@ def evaluate(model: Any, tokenizer: Any, forget_records: Sequence[dict], utility
                               "forget_generations": frouge["generations"],
                               "forget_truth_ratio": ftr["per_example"], **mu["per_example"]}
     return summary
+
+
+def evaluate_on_source(model: Any, tokenizer: Any, data_source: str, forget_split: str,
+                       limit: int | None = None, max_new_tokens: int = 64, batch_size: int = 16,
+                       bf16: bool = False) -> dict:
+    """:func:`evaluate` on ``<forget_split>_perturbed`` and the utility sets of ``data_source``,
+    plus ``es_retain``: ES on ``retain_perturbed`` (questions every model here was trained on).
+
+    The evaluation every notebook reports for a model, so tables of different notebooks compare.
+    ``limit`` keeps the first N records of each set (``None``: all).
+    """
+    from . import data
+
+    forget_eval = data.load_split(data_source, f"{forget_split}_perturbed", limit)
+    retain_eval = data.load_split(data_source, "retain_perturbed", limit)
+    utility_sets = data.load_utility_sets(data_source, limit)
+    res = evaluate(model, tokenizer, forget_eval, utility_sets, max_new_tokens, batch_size, bf16=bf16)
+    retain_es = extraction_strength(model, tokenizer, retain_eval, batch_size, bf16=bf16)
+    res["es_retain"] = retain_es["value"]
+    res["per_example"]["es_retain"] = retain_es["per_example"]
+    return res

@@ -14,6 +14,7 @@ BLOCKS = {
     "smol-models": "papermill_runs/02_target_and_gold/smol/models.md",
     "smol-utility": "papermill_runs/02_target_and_gold/smol/utility_components.md",
     "smol-frag": "papermill_runs/04_frag/smol/scores.md",
+    "smol-methods": "figures/smol/methods.md",
     "bench": "bench/results/summary.md",
 }
 

@@ -26,6 +26,9 @@ from .progress import progress
 
 KERNEL = "frag"
 RESULTS_FILE = "results.json"
+# Notebooks that only collect other runs' records: redone on every grid run, since a complete
+# record of theirs says nothing about whether the runs they collect have changed since.
+COLLECTORS = ("09_figures",)
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool}
 
 
@@ -191,7 +194,7 @@ def plan_run(notebook: str, params_file: str | Path | None = None, overrides: di
 
 def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL) -> dict:
     """Execute one run unless it is already complete; returns its status and timing."""
-    if spec.is_complete() and not force:
+    if spec.is_complete() and not force and spec.notebook.stem not in COLLECTORS:
         return {"run": f"{spec.notebook.stem}/{spec.name}", "status": "skipped (complete)", "seconds": 0.0}
     import papermill
 

@@ -1,0 +1,278 @@
+import copy
+import math
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from frag_utils import data, models, prompts, train
+from frag_utils import unlearn as U
+
+from conftest import same_weights
+
+# A handful of steps on the tiny model, learning rate large enough to move it visibly.
+FAST = dict(epochs=2, lr=2e-3, batch_size=4, grad_accum=1, warmup_epochs=0, bf16=False, seed=0)
+PAD = 2  # SmolLM2's pad token (checked in the fixture)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread here: the tiny model's matrices are too small to split, and on a busy
+    2-core machine two threads wait on each other at every operation (about 50x slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def forget():
+    return data.load_split("synthetic", "forget10", limit=8)
+
+
+@pytest.fixture(scope="module")
+def retain():
+    return data.load_split("synthetic", "retain90", limit=8)
+
+
+def _pairs(tokenizer, forget, retain, seed=0):
+    return U.PairedDataset(train.QADataset(tokenizer, forget), train.QADataset(tokenizer, retain), seed)
+
+
+@pytest.fixture(scope="module")
+def target(tokenizer, forget, retain, tmp_path_factory):
+    """The tiny model fine-tuned on forget + retain: a toy target that knows both sides.
+
+    From a random initialisation GradDiff's retain term would teach the answer templates the
+    forget answers share, and lower their NLL too: unlearning needs something learnt first.
+    """
+    assert tokenizer.pad_token_id == PAD
+    model = models.build_tiny_model(len(tokenizer), seed=0)
+    cfg = train.TrainConfig(epochs=4, lr=1e-2, batch_size=8, grad_accum=1, warmup_epochs=0, scheduler="constant",
+                            bf16=False, seed=0)
+    train.finetune(model, tokenizer, forget + retain, cfg, tmp_path_factory.mktemp("target"))
+    return model.eval().requires_grad_(False)
+
+
+def _fresh(target):
+    return copy.deepcopy(target).requires_grad_(True)
+
+
+@pytest.fixture(scope="module")
+def runs(tokenizer, forget, retain, target, tmp_path_factory):
+    """Each method run once from the target, with its objective (built from the target) before and after."""
+    out = {}
+    pairs = _pairs(tokenizer, forget, retain)
+    for method in U.METHODS:
+        cfg = U.UnlearnConfig(method, **FAST)
+        objective = U.Objective(cfg, target, train.QADataset(tokenizer, forget), PAD)
+        before = U.evaluate_objective(objective, target, pairs, PAD)
+        model = _fresh(target)
+        ret = [] if method == "ga" else retain  # GA needs no retain set
+        summary = U.unlearn(model, tokenizer, forget, ret, cfg, tmp_path_factory.mktemp(method))
+        after = U.evaluate_objective(objective, model, pairs, PAD)
+        out[method] = dict(model=model, summary=summary, objective=objective, before=before, after=after)
+    return out
+
+
+@pytest.mark.parametrize("method", U.METHODS)
+def test_every_method_lowers_its_forget_objective(runs, method):
+    r = runs[method]
+    obj = r["objective"]
+    assert obj.forget_objective(r["after"]) < obj.forget_objective(r["before"])
+    assert r["after"]["loss"] < r["before"]["loss"]
+    s = r["summary"]
+    assert s["global_steps"] == 2 * train.steps_per_epoch(8, U.UnlearnConfig(method, **FAST).train_config()) == 4
+    assert set(s["final_terms"]) == set(r["after"]) - {"loss"}
+    assert s["logged_terms"] and all(math.isfinite(v) for v in s["final_terms"].values())
+    assert all(p.requires_grad for p in r["model"].parameters())  # RMU's freezing undone
+
+
+def test_likelihood_methods_raise_forget_nll(runs, tokenizer, forget, retain, target):
+    meter = U.Objective(U.UnlearnConfig("graddiff"), target, None, PAD)  # NLL on both sides
+    pairs = _pairs(tokenizer, forget, retain)
+    before = U.evaluate_objective(meter, target, pairs, PAD)
+    for method in ("ga", "graddiff", "npo"):
+        after = U.evaluate_objective(meter, runs[method]["model"], pairs, PAD)
+        assert after["forget_nll"] > before["forget_nll"] + 0.1, method
+    # GradDiff holds the retain side where GA lets it go
+    gd, ga = (U.evaluate_objective(meter, runs[m]["model"], pairs, PAD)["retain_nll"] for m in ("graddiff", "ga"))
+    assert gd < ga
+
+
+def test_rmu_moves_only_its_trainable_parameters(runs, target):
+    r = runs["rmu"]
+    rec = r["summary"]["rmu"]
+    assert rec["layer"] == 1 and rec["n_blocks"] == 2 and rec["control_norm"] == pytest.approx(2.0)
+    assert rec["trainable"] == ["model.layers.0.mlp.down_proj.weight", "model.layers.1.mlp.down_proj.weight"]
+    before, after = target.state_dict(), r["model"].state_dict()
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed == set(rec["trainable"])
+    assert r["summary"]["config"]["rmu_layer"] == 1  # the block chosen is recorded
+
+
+class _PairingEpochs(TrainerCallback):
+    """Records, at each optimizer step, which epoch's pairing the dataset served."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_step_end(self, args, state, control, train_dataloader=None, **kwargs):
+        self.seen.append(train_dataloader.dataset.epoch)
+
+
+@pytest.mark.parametrize("method", U.METHODS)
+def test_runs_are_reproducible_from_the_seed(runs, tokenizer, forget, retain, target, method, tmp_path):
+    model, epochs = _fresh(target), _PairingEpochs()
+    U.unlearn(model, tokenizer, forget, [] if method == "ga" else retain, U.UnlearnConfig(method, **FAST), tmp_path,
+              callbacks=[epochs])
+    assert same_weights(model, runs[method]["model"])
+    assert epochs.seen == [0, 0, 1, 1]  # pairs redrawn at the second epoch
+
+
+def _slow_logp(model, tokenizer, record):
+    """log p(answer | question) token by token, each from its own unpadded prefix; and the token count."""
+    enc = prompts.encode_qa(tokenizer, record["question"], record["answer"])
+    ids, total = enc["input_ids"], 0.0
+    for t in range(enc["prompt_len"], len(ids)):
+        logits = model(input_ids=torch.tensor([ids[:t]]), logits_to_keep=1).logits[0, -1].double()
+        total += float(torch.log_softmax(logits, -1)[ids[t]])
+    return total, len(ids) - enc["prompt_len"]
+
+
+@torch.no_grad()
+def test_npo_loss_matches_its_definition(runs, tokenizer, forget, retain, target):
+    obj, theta = runs["npo"]["objective"], runs["npo"]["model"].eval()
+    # The reference log-probabilities computed once before training are the frozen target's.
+    ref = [_slow_logp(target, tokenizer, r)[0] for r in forget]
+    assert obj.ref_logp.tolist() == pytest.approx(ref, rel=1e-5, abs=1e-4)
+
+    ds = _pairs(tokenizer, forget, retain, seed=5)
+    idx = [5, 0, 3]  # answers of different lengths, so the batch has padding
+    batch = U.collate_pairs([ds[i] for i in idx], PAD)
+    terms = obj.terms(theta, batch)
+    beta, alpha = obj.config.npo_beta, obj.config.retain_weight
+    ratios = [math.exp(_slow_logp(theta, tokenizer, forget[i])[0] - ref[i]) for i in idx]  # p_theta / p_ref
+    slow_npo = 2 / beta * sum(math.log(1 + q ** beta) for q in ratios) / len(idx)
+    assert max(ratios) < 0.5  # the model has moved: not the trivial point p = p_ref
+    assert float(terms["forget_npo"]) == pytest.approx(slow_npo, rel=1e-4)
+    lp_n = [_slow_logp(theta, tokenizer, retain[int(ds.retain_indices(0)[i])]) for i in idx]
+    slow_retain = -sum(lp for lp, _ in lp_n) / sum(n for _, n in lp_n)  # mean over all answer tokens
+    assert float(terms["retain_nll"]) == pytest.approx(slow_retain, rel=1e-4)
+    assert float(obj.loss(terms)) == pytest.approx(slow_npo + alpha * slow_retain, rel=1e-4)
+
+
+@torch.no_grad()
+def test_rmu_terms_match_their_definition(tokenizer, forget, retain, target):
+    cfg = U.UnlearnConfig("rmu", rmu_layer=0, rmu_steering_coeff=3.0)
+    obj = U.Objective(cfg, target, None, PAD)
+    theta = _fresh(target).eval()
+    for p in theta.parameters():  # move away from the frozen copy, so the retain term is not 0
+        p.add_(0.01 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    ds = _pairs(tokenizer, forget, retain, seed=1)
+    batch = U.collate_pairs([ds[i] for i in (2, 6)], PAD)
+    terms = obj.terms(theta, batch)
+    u = U.control_vector(64, 3.0, seed=cfg.seed)
+
+    def slow(model, side, goal):  # one sequence at a time, unpadded, block 0's output from hidden_states
+        vals = []
+        for i in range(2):
+            keep = batch[side]["attention_mask"][i] == 1
+            ids, labels = batch[side]["input_ids"][i][keep], batch[side]["labels"][i][keep]
+            answer = labels != prompts.IGNORE
+            h = model(input_ids=ids[None], output_hidden_states=True).hidden_states[1][0]  # [T, d]
+            vals.append(((h - goal(ids)) ** 2)[answer].mean(dim=1).mean())
+        return float(sum(vals) / 2)
+
+    assert float(terms["forget_mse"]) == pytest.approx(slow(theta, "forget", lambda ids: u), rel=1e-5)
+    frozen_h = lambda ids: target(input_ids=ids[None], output_hidden_states=True).hidden_states[1][0]  # noqa: E731
+    want = slow(theta, "retain", frozen_h)
+    assert want > 0 and float(terms["retain_mse"]) == pytest.approx(want, rel=1e-4)
+
+
+def test_pairing_is_deterministic_from_the_seed(tokenizer, forget, retain):
+    a, b = _pairs(tokenizer, forget, retain, seed=7), _pairs(tokenizer, forget, retain, seed=7)
+    other = _pairs(tokenizer, forget, retain, seed=8)
+    idx0 = a.retain_indices(0)
+    assert len(a) == len(forget) and idx0.shape == (len(forget),)
+    assert ((idx0 >= 0) & (idx0 < len(retain))).all()
+    assert (idx0 == b.retain_indices(0)).all()
+    assert not (idx0 == other.retain_indices(0)).all()
+    assert not (idx0 == a.retain_indices(1)).all()  # redrawn each epoch, as OpenUnlearning
+    for i in range(len(a)):
+        item = a[i]
+        assert item["index"] == i and item["forget"] is a.forget[i]
+        assert item["retain"] is a.retain[int(idx0[i])]
+    a.use_epoch(1)
+    assert a[0]["retain"] is a.retain[int(a.retain_indices(1)[0])]
+    batch = U.collate_pairs([a[i] for i in range(3)], PAD)
+    assert batch["index"].tolist() == [0, 1, 2]
+    for side in ("forget", "retain"):
+        assert batch[side]["input_ids"].shape == batch[side]["labels"].shape == batch[side]["attention_mask"].shape
+        assert (batch[side]["labels"][batch[side]["attention_mask"] == 0] == prompts.IGNORE).all()
+
+
+class _Killed(Exception):
+    pass
+
+
+class _KillAfterFirstSave(TrainerCallback):
+    def on_save(self, args, state, control, **kwargs):
+        raise _Killed()
+
+
+def test_interrupted_npo_run_resumes_to_the_same_weights(tokenizer, forget, retain, target, runs, tmp_path):
+    cfg = U.UnlearnConfig("npo", **FAST)
+    killed = _fresh(target)
+    with pytest.raises(_Killed):
+        U.unlearn(killed, tokenizer, forget, retain, cfg, tmp_path, callbacks=[_KillAfterFirstSave()])
+    restarted, epochs = _fresh(target), _PairingEpochs()  # a new process starts from the target
+    summary = U.unlearn(restarted, tokenizer, forget, retain, cfg, tmp_path, callbacks=[epochs])
+    assert summary["resumed_from"] is not None and epochs.seen == [1, 1]
+    full, again = runs["npo"]["model"].state_dict(), restarted.state_dict()
+    assert all(torch.allclose(full[k], again[k], atol=1e-6) for k in full)
+    with pytest.raises(ValueError, match="another unlearning run"):
+        U.unlearn(_fresh(target), tokenizer, forget, retain, U.UnlearnConfig("npo", **{**FAST, "lr": 2e-2}), tmp_path)
+
+
+def test_loss_pieces_by_hand():
+    act = torch.tensor([[[1.0, 3.0], [0.0, 0.0], [9.0, 9.0]]])  # [B=1, T=3, d=2]
+    target = torch.zeros_like(act)
+    mask = torch.tensor([[True, True, False]])
+    assert float(U.masked_mse(act, target, mask)) == pytest.approx(((1 + 9) / 2 + 0) / 2)
+    u = U.control_vector(64, 2.0, seed=3)
+    assert float(u.norm()) == pytest.approx(2.0) and (u > 0).all()
+    assert torch.equal(u, U.control_vector(64, 2.0, seed=3)) and not torch.equal(u, U.control_vector(64, 2.0, 4))
+    lp, ref = torch.tensor([-3.0, -10.0]), torch.tensor([-2.0, -1.0])
+    want = 2 / 0.1 * sum(math.log(1 + math.exp(a - b) ** 0.1) for a, b in zip(lp.tolist(), ref.tolist())) / 2
+    assert float(U.npo_loss(lp, ref, 0.1)) == pytest.approx(want, rel=1e-6)
+    obj = U.Objective.__new__(U.Objective)
+    obj.config, obj.method = U.UnlearnConfig("graddiff", retain_weight=0.5), "graddiff"
+    assert float(obj.loss({"forget_nll": torch.tensor(2.0), "retain_nll": torch.tensor(4.0)})) == -2.0 + 2.0
+
+
+def test_defaults_are_open_unlearnings():
+    cfg = U.UnlearnConfig("npo")
+    tc = cfg.train_config()
+    assert (cfg.lr, cfg.weight_decay, cfg.epochs, cfg.seed, cfg.npo_beta) == (1e-5, 0.01, 10, 42, 0.1)
+    assert tc.batch_size * tc.grad_accum == 32 and tc.scheduler == "linear" and tc.warmup_epochs == 1
+    assert (cfg.forget_weight, cfg.retain_weight, cfg.rmu_steering_coeff, cfg.rmu_alpha) == (1, 1, 2, 1)
+    assert [U.default_rmu_layer(n) for n in (16, 30, 2)] == [7, 13, 1]
+
+
+def test_bad_settings_raise_clear_errors(tokenizer, tiny, forget, retain, tmp_path):
+    for kwargs, msg in [(dict(method="sgd"), "method must be one of"), (dict(lr=0), "lr must be > 0"),
+                        (dict(epochs=1, warmup_epochs=2), "warmup_epochs"), (dict(npo_beta=0), "npo_beta"),
+                        (dict(batch_size=0), "batch_size"), (dict(retain_weight=-1), "retain_weight"),
+                        (dict(rmu_layer=-1), "rmu_layer"), (dict(rmu_trainable="(mlp"), "not a valid regex")]:
+        with pytest.raises(ValueError, match=msg):
+            U.UnlearnConfig(**{"method": "rmu", **kwargs})
+    with pytest.raises(ValueError, match=r"rmu_layer=2 is out of range.*2 decoder blocks"):
+        U.UnlearnConfig("rmu", rmu_layer=2).resolved(tiny)
+    with pytest.raises(ValueError, match="matches no parameter"):
+        U.make_unlearn_trainer(tiny, tokenizer, forget, retain, U.UnlearnConfig("rmu", rmu_trainable="nothing"),
+                               tmp_path / "a")
+    with pytest.raises(ValueError, match="forget set is empty"):
+        U.unlearn(tiny, tokenizer, [], retain, U.UnlearnConfig("ga"), tmp_path / "b")
+    with pytest.raises(ValueError, match="retain set is empty"):
+        U.unlearn(tiny, tokenizer, forget, [], U.UnlearnConfig("graddiff"), tmp_path / "c")
