@@ -191,6 +191,13 @@ def save_checkpoint(model: Any, tokenizer: Any, folder: str | Path, record: dict
     return folder
 
 
+def write_record(folder: str | Path, record: dict) -> None:
+    """Replace the settings record next to a saved checkpoint's weights."""
+    from .records import atomic_write_text
+
+    atomic_write_text(Path(folder) / RECORD_FILE, json.dumps(record, indent=2, sort_keys=True, default=str))
+
+
 def load_record(folder: str | Path) -> dict | None:
     """The settings saved next to a checkpoint, or None."""
     file = Path(folder) / RECORD_FILE

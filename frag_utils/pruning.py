@@ -439,6 +439,10 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
         raise PruningError(f"veto must be in [0, 1), got {veto}")
     calib = calib or calibration.CalibConfig(n=400, max_len=256)
     retain_split = retain_split or data.matching_retain(forget_split)
+    if not forget_split.startswith("forget") or retain_split == forget_split or retain_split.startswith("forget"):
+        raise PruningError(f"Prune what is forgotten against what is kept: the forget split must be a forgetXX "
+                           f"split and the retain split another one (got forget '{forget_split}', retain "
+                           f"'{retain_split}'; e.g. forget10 with retain90).")
     forget = data.load_split(data_source, forget_split)
     retain = data.load_split(data_source, retain_split)
     model, tokenizer = models.load_model(model_id, device=device)
@@ -478,7 +482,64 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
     record = {**params, **result, "seconds": round(time.time() - start, 1),
               "provenance": records.provenance("frag_utils.pruning.prune_checkpoint", params)}
     models.save_checkpoint(model, tokenizer, out, record)
+    # measured again on the saved checkpoint against the original, from the weights alone
+    saved, _ = models.load_model(str(out), device=device)
+    original, _ = models.load_model(model_id, device=device)
+    record["verified_from_weights"] = verify_pruned(original, saved, record)
+    models.write_record(out, record)
     return record
+
+
+@torch.no_grad()
+def verify_pruned(original: nn.Module, pruned: nn.Module, record: dict) -> dict:
+    """Check a pruned model against its original from the weights alone, as :func:`prune_checkpoint`
+    recorded it: the only change anywhere is entries set to zero, and
+
+    * FRP: in every pruned module, every row holds at least ``requested_per_row`` zeros and at most
+      that many entries newly zeroed (fewer when a chosen entry was already zero);
+    * SP: exactly the recorded neurons are fully removed, and no other entry changed.
+
+    Returns:
+        What was measured: newly zeroed entries per row (min, max over FRP modules) or removed neurons.
+    Raises:
+        PruningError: the weights do not show the recorded prune.
+    """
+    w0, wu = dict(original.named_parameters()), dict(pruned.named_parameters())
+    if w0.keys() != wu.keys():
+        raise PruningError("The pruned model's parameters differ in name from the original's.")
+    changed = [n for n in w0 if w0[n].shape != wu[n].shape or not torch.equal(w0[n], wu[n])]
+    to_nonzero = [n for n in changed if w0[n].shape != wu[n].shape or bool(((wu[n] != w0[n]) & (wu[n] != 0)).any())]
+    if to_nonzero:
+        raise PruningError(f"Pruning changed weights to non-zero values (or shapes) in {to_nonzero[:3]}.")
+    if "achieved" in record:  # FRP
+        allowed = {f"{m}.weight" for m in record["achieved"]}
+        newly = []
+        for module, rep in record["achieved"].items():
+            a, b, k = w0[f"{module}.weight"], wu[f"{module}.weight"], rep["requested_per_row"]
+            zeros = (b == 0).sum(dim=1)
+            new = zeroed_per_row(a, b)
+            if int(zeros.min()) < k or new["max"] > k:
+                raise PruningError(f"'{module}': rows hold {int(zeros.min())}..{int(zeros.max())} zeros and "
+                                   f"{new['min']}..{new['max']} newly zeroed entries; the record says {k} per row.")
+            newly.append((new["min"], new["max"]))
+        measured = {"newly_zeroed_per_row_min": min(n for n, _ in newly),
+                    "newly_zeroed_per_row_max": max(x for _, x in newly)}
+    else:  # SP
+        blocks = mlp_blocks(pruned)
+        removed = removed_neurons(blocks)
+        want = {name: sorted(idx) for name, idx in record["removed"].items()}
+        got = {name: idx for name, idx in removed.items() if idx}
+        originally_dead = {name: idx for name, idx in removed_neurons(mlp_blocks(original)).items() if idx}
+        extra = {n: sorted(set(got.get(n, [])) - set(want.get(n, [])) - set(originally_dead.get(n, []))) for n in got}
+        missing = {n: sorted(set(idx) - set(got.get(n, []))) for n, idx in want.items()}
+        if any(extra.values()) or any(missing.values()):
+            raise PruningError(f"The removed neurons differ from the record: missing {missing}, extra {extra}.")
+        allowed = {f"{b}.{p}.{t}" for b in want for p in ("gate_proj", "up_proj", "down_proj") for t in ("weight", "bias")}
+        measured = {"n_removed_in_weights": sum(len(v) for v in want.values())}
+    outside = sorted(set(changed) - allowed)
+    if outside:
+        raise PruningError(f"Pruning changed parameters outside the pruned modules: {outside[:3]}.")
+    return measured
 
 
 def prune_summary(record: dict) -> dict:

@@ -496,7 +496,8 @@ class UnlearnTrainer(Trainer):
         return {k: s / n for k, (s, n) in self._epoch_terms.items()}
 
 
-def _digest(records: Sequence[dict] | None) -> str:
+def records_digest(records: Sequence[dict] | None) -> str:
+    """A short hash of question/answer records (which data a checkpoint was made from)."""
     text = json.dumps(list(records or []), sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
@@ -533,8 +534,8 @@ def make_unlearn_trainer(model: nn.Module, tokenizer: Any, forget_records: Seque
     retain = (train.QADataset(tokenizer, retain_records, config.chat, config.max_len)
               if config.method != "ga" else None)  # GA never looks at the retain side
     dataset = PairedDataset(forget, retain, config.seed)
-    spec = {"config": config.as_dict(), "forget": _digest(forget_records),
-            "retain": _digest(retain_records if retain is not None else None)}
+    spec = {"config": config.as_dict(), "forget": records_digest(forget_records),
+            "retain": records_digest(retain_records if retain is not None else None)}
     _guard_work_dir(Path(work_dir), spec)
     pad = tokenizer.pad_token_id
     objective = Objective(config, model, forget, pad)

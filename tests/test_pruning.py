@@ -277,3 +277,41 @@ def test_prune_checkpoint_refuses_bad_settings_before_loading(tmp_path):
         with pytest.raises(pruning.PruningError, match=msg):
             pruning.prune_checkpoint("./does_not_exist", tmp_path / "out", **kwargs)
     assert not (tmp_path / "out").exists()
+
+
+def test_verify_pruned_accepts_the_recorded_prune_and_catches_tampering(tmp_path):
+    cfg = CalibConfig(n=4, max_len=64)
+    for method, sparsity in (("frp", 0.1), ("sp", 0.05)):
+        out = tmp_path / method
+        rec = pruning.prune_checkpoint("tiny", out, method=method, sparsity=sparsity, calib=cfg, use_cache=False)
+        assert "verified_from_weights" in models.load_record(out)
+        original, _ = models.load_model("tiny")
+        saved, _ = models.load_model(str(out))
+        pruning.verify_pruned(original, saved, rec)
+        blocks = pruning.mlp_blocks(saved)
+        name = sorted(blocks)[0]
+        with torch.no_grad():
+            if method == "frp":  # one more entry of one row zeroed: more than the record's k per row
+                w = blocks[name].up_proj.weight
+                w[0, (w[0] != 0).nonzero()[0]] = 0.0
+                match = "newly zeroed"
+            else:  # one recorded neuron half restored
+                idx = next(i for n, i in rec["removed"].items() if i)[0]
+                owner = next(n for n, i in rec["removed"].items() if i)
+                pruning.mlp_blocks(saved)[owner].up_proj.weight[idx] = 0.0
+                pruning.mlp_blocks(saved)[owner].gate_proj.weight[idx] = 1.0
+                match = "non-zero|differ from the record"
+        with pytest.raises(pruning.PruningError, match=match):
+            pruning.verify_pruned(original, saved, rec)
+    # a non-zero change anywhere is not a prune
+    saved, _ = models.load_model(str(tmp_path / "frp"))
+    with torch.no_grad():
+        saved.model.norm.weight[0] += 1.0
+    with pytest.raises(pruning.PruningError, match="non-zero"):
+        pruning.verify_pruned(original, saved, models.load_record(tmp_path / "frp"))
+
+
+def test_prune_refuses_splits_that_do_not_oppose_forget_and_retain(tmp_path):
+    for forget, retain in (("forget10", "forget10"), ("retain90", "forget10"), ("forget10", "forget05")):
+        with pytest.raises(pruning.PruningError, match="forget split must be a forgetXX"):
+            pruning.prune_checkpoint("tiny", tmp_path / "out", forget_split=forget, retain_split=retain)
