@@ -153,7 +153,7 @@ def model_key(name_or_path: str) -> dict:
     if folder.is_dir():
         files = sorted(folder.glob("*.safetensors"))
         return {"path": str(folder.resolve()),
-                "files": [(f.name, f.stat().st_size, int(f.stat().st_mtime)) for f in files]}
+                "files": [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files]}
     return {"name": name_or_path}
 
 

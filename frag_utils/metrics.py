@@ -348,3 +348,35 @@ def evaluate_on_source(model: Any, tokenizer: Any, data_source: str, forget_spli
     res["es_retain"] = retain_es["value"]
     res["per_example"]["es_retain"] = retain_es["per_example"]
     return res
+
+
+def evaluate_model_cached(model_id: str, data_source: str, forget_split: str, limit: int | None = None,
+                          max_new_tokens: int = 64, batch_size: int = 16, device: str = "cpu",
+                          cache_folder: str | None = None) -> dict:
+    """:func:`evaluate_on_source` of a saved model, cached on disk (in ``cache_folder``, default
+    ``<cache>/evaluations``).
+
+    The cache key is the model's identity (name, or for a directory its weight files' sizes and
+    modification times), the evaluation data's content and every setting, so a retrained or
+    re-saved model, other data or other settings are evaluated afresh. Used where one model (a
+    target) is evaluated by many runs.
+    """
+    import hashlib
+    import json
+
+    from . import calibration, data, models, paths, records
+
+    sets = [f"{forget_split}_perturbed", "retain_perturbed", *UTILITY_SETS]
+    key = {"model": calibration.model_key(model_id), "data_source": data_source,
+           "data": {s: data.load_split(data_source, s, limit) for s in sets},
+           "max_new_tokens": max_new_tokens, "batch_size": batch_size, "device": device}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    from pathlib import Path
+
+    file = Path(cache_folder or paths.cache_dir() / "evaluations") / f"{digest}.json"
+    if file.is_file():
+        return {**json.loads(file.read_text()), "cached": True}
+    model, tokenizer = models.load_model(model_id, device=device)
+    res = evaluate_on_source(model, tokenizer, data_source, forget_split, limit, max_new_tokens, batch_size)
+    records.atomic_write_text(file, json.dumps(res, default=str))
+    return {**res, "cached": False}

@@ -5,7 +5,7 @@ import pytest
 import torch
 from scipy import stats as sstats
 
-from frag_utils import metrics, prompts
+from frag_utils import metrics, models, prompts
 
 
 def _nll_slow(model, tokenizer, question, answer):
@@ -133,3 +133,22 @@ def test_nan_or_empty_inputs_raise(tiny, tokenizer):
 
 def test_end_of_turn_is_read_from_the_template(tokenizer):
     assert tokenizer.convert_ids_to_tokens(prompts.end_of_turn_id(tokenizer)) == "<|im_end|>"
+
+
+def test_cached_evaluation_is_reused_only_for_the_same_model_data_and_settings(tokenizer, tmp_path):
+    folder = tmp_path / "m"
+    models.save_checkpoint(models.build_tiny_model(len(tokenizer), seed=0), tokenizer, folder)
+    kw = dict(data_source="synthetic", forget_split="forget10", limit=2, max_new_tokens=4, batch_size=4,
+              cache_folder=str(tmp_path / "evals"))
+    first = metrics.evaluate_model_cached(str(folder), **kw)
+    again = metrics.evaluate_model_cached(str(folder), **kw)
+    assert not first["cached"] and again["cached"]
+    scalars = [k for k, v in first.items() if isinstance(v, float)]
+    assert scalars and all(again[k] == pytest.approx(first[k]) for k in scalars)
+    model, tok = models.load_model(str(folder))
+    direct = metrics.evaluate_on_source(model, tok, "synthetic", "forget10", 2, 4, 4)
+    assert again["es"] == pytest.approx(direct["es"]) and again["model_utility"] == pytest.approx(direct["model_utility"])
+    assert not metrics.evaluate_model_cached(str(folder), **{**kw, "max_new_tokens": 5})["cached"]
+    # a retrained (re-saved) model is evaluated afresh
+    models.save_checkpoint(models.build_tiny_model(len(tokenizer), seed=1), tokenizer, folder)
+    assert not metrics.evaluate_model_cached(str(folder), **kw)["cached"]
