@@ -49,12 +49,15 @@ def main() -> None:
         return (calibration.activation_norms(model, tokenizer, forget, modules, cfg),
                 calibration.activation_norms(model, tokenizer, retain, modules, cfg))
 
+    run = calibration.backbone(model, modules)  # what calibration runs: the decoder without the head
+
     def plain_forward():
         with torch.no_grad():
             for recs in (forget, retain):
                 enc = calibration.encode_calibration(tokenizer, calibration.select_records(recs, cfg), cfg)
                 for chunk in batches(enc, cfg.batch_size):
-                    model(**collate(chunk, tokenizer.pad_token_id))
+                    batch = collate(chunk, tokenizer.pad_token_id, side="right")
+                    run(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
 
     (xf, xr), calib_t = timed(calibrate, args.repeats)
     _, forward_t = timed(plain_forward, args.repeats)
@@ -70,11 +73,11 @@ def main() -> None:
     w0 = frag.state_dict_of(model)
     _, compare_t = timed(lambda: frag.compute_frag(w0, frag.SafetensorsCheckpoint(unlearned), xf, xr), args.repeats)
 
-    from safetensors.torch import load_file
-
+    # reading both checkpoints = every byte of their weight files (safetensors' load_file maps the
+    # file and may touch nothing, which would make this baseline meaninglessly small)
     original_dir = frag.checkpoint_folder(args.original)
-    _, read_t = timed(lambda: [load_file(str(f)) for d in (original_dir, unlearned) for f in sorted(d.glob("*.safetensors"))],
-                      args.repeats)
+    _, read_t = timed(lambda: sum(len(f.read_bytes()) for d in (original_dir, unlearned)
+                                  for f in sorted(d.glob("*.safetensors"))), args.repeats)
     ckpt_bytes = frag.SafetensorsCheckpoint(unlearned).size_bytes()
 
     t = time.perf_counter()

@@ -106,6 +106,16 @@ def encode_calibration(tokenizer: Any, records: Sequence[dict], config: CalibCon
     return out
 
 
+def backbone(model: nn.Module, modules: dict[str, nn.Linear]) -> nn.Module:
+    """The part of ``model`` to run for calibration: the decoder without the output head when every
+    hooked module lies inside it (a causal LM's ``.model``), so no [batch, tokens, vocab] logits
+    are computed; otherwise the whole model. The hooks see the same inputs either way."""
+    inner = getattr(model, "model", None)
+    if isinstance(inner, nn.Module) and modules and all(n.startswith("model.") for n in modules):
+        return inner
+    return model
+
+
 @torch.no_grad()
 def activation_norms(model: nn.Module, tokenizer: Any, records: Sequence[dict], modules: dict[str, nn.Linear],
                      config: CalibConfig) -> dict[str, torch.Tensor]:
@@ -126,11 +136,12 @@ def activation_norms(model: nn.Module, tokenizer: Any, records: Sequence[dict], 
     handles = [m.register_forward_pre_hook(hook(name)) for name, m in modules.items()]
     was_training = model.training
     model.eval()
+    run = backbone(model, modules)
     try:
         for chunk in batches(encoded, config.batch_size):
             batch = {k: v.to(device) for k, v in collate(chunk, tokenizer.pad_token_id, side="right").items()}
             state["mask"] = batch["attention_mask"].float()
-            model(**batch)
+            run(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
     finally:
         for h in handles:
             h.remove()
