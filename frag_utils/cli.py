@@ -80,6 +80,22 @@ def _veto_fraction(text: str) -> float:
     return value
 
 
+def _device(text: str) -> str:
+    """argparse type: a torch device this installation can use (cpu, cuda, cuda:1, mps)."""
+    import torch
+
+    try:
+        device = torch.device(text)
+    except RuntimeError:
+        raise argparse.ArgumentTypeError(f"'{text}' is not a device; use cpu, cuda, cuda:N or mps") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise argparse.ArgumentTypeError(f"'{text}': this torch build has no usable CUDA device; use cpu, or "
+                                         "install the CUDA build of torch (README, 'GPU')")
+    if device.type == "mps" and not torch.backends.mps.is_available():
+        raise argparse.ArgumentTypeError(f"'{text}': MPS is not available here; use cpu")
+    return text
+
+
 def _positive_int(text: str) -> int:
     """argparse type: an integer of at least 1."""
     try:
@@ -117,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--utility-limit", type=int, default=None, help="first N records of each utility set")
     ev.add_argument("--batch-size", type=int, default=16)
     ev.add_argument("--max-new-tokens", type=int, default=64, help="greedy answer length for ROUGE")
-    ev.add_argument("--device", default="cpu")
+    ev.add_argument("--device", default="cpu", type=_device)
     ev.add_argument("--bf16", action="store_true", help="bf16 autocast (faster, argmax may differ slightly)")
     ev.add_argument("--per-example", action="store_true", help="include per-example values")
     ev.add_argument("--json", action="store_true", help="print JSON only (the default output is JSON too)")
@@ -137,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--seed", type=int, default=0, help="for --selection sample")
     sc.add_argument("--chat", action="store_true", help="chat template instead of plain Question/Answer text")
     sc.add_argument("--statistic", default="seq_norm", choices=["seq_norm", "wanda"])
-    sc.add_argument("--device", default="cpu")
+    sc.add_argument("--device", default="cpu", type=_device)
     sc.add_argument("--per-layer", action="store_true", help="include every layer's share")
     sc.add_argument("--json", action="store_true", help="print JSON (the default output is JSON too)")
     sc.set_defaults(func=_score)
@@ -170,7 +186,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--seed", type=int, default=0, help="for --selection sample")
     pr.add_argument("--chat", action="store_true", help="chat template instead of plain Question/Answer text")
     pr.add_argument("--batch-size", type=_positive_int, default=8)
-    pr.add_argument("--device", default="cpu")
+    pr.add_argument("--device", default="cpu", type=_device)
     pr.add_argument("--no-cache", action="store_true", help="recompute FRP calibration norms")
     pr.add_argument("--out", required=True, help="checkpoint directory to write (replaced whole)")
     pr.set_defaults(func=_prune)

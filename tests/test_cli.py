@@ -107,7 +107,9 @@ def test_prune_bad_input_is_one_clear_line(tmp_path, capsys):
                       (["--method", "frp", "--variant", "up"], "Variant 'up' does not belong to method 'frp'"),
                       (["--method", "frp", "--sparsity", "0.001"], "prunes no entry of rows of width 64"),
                       (["--method", "sp", "--forget-split", "forget11"], "Unknown config 'forget11'"),
-                      (["--method", "sp", "--model", "./missing_dir"], "does not exist")):
+                      (["--method", "sp", "--model", "./missing_dir"], "does not exist"),
+                      (["--method", "frp", "--device", "gpu"], "'gpu' is not a device"),
+                      (["--method", "frp", "--retain-split", "forget10"], "forget split must be a forgetXX")):
         try:  # in process: argparse exits with 2, library errors return 2; any other exception fails here
             code = cli.main([*base, *args])
         except SystemExit as exit_:
