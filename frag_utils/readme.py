@@ -24,8 +24,8 @@ def fill(text: str) -> str:
     for name, rel in BLOCKS.items():
         source = paths.REPO_ROOT / rel
         body = source.read_text().strip() if source.is_file() else f"*(not yet run: {rel} is missing)*"
-        pattern = re.compile(rf"(<!-- BEGIN {name} -->\n).*?(\n<!-- END {name} -->)", re.S)
-        text = pattern.sub(lambda m: f"{m.group(1)}{body}\n*Source: `{rel}`*{m.group(2)}", text)
+        pattern = re.compile(rf"(<!-- BEGIN {name} -->\n)(?:.*?\n)?(<!-- END {name} -->)", re.S)
+        text = pattern.sub(lambda m: f"{m.group(1)}{body}\n\n*Source: `{rel}`*\n{m.group(2)}", text)
     return text
 
 
