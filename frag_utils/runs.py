@@ -212,16 +212,23 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL) -> dict:
 def grid(profile: str) -> list[RunSpec]:
     """Every run of a profile: ``papermill_runs/params/<profile>/*.yaml`` in file-name order.
 
-    Each file is named after its notebook (``02_target_and_gold.yaml``) and holds one mapping
-    or a list of mappings.
+    Each file is named after its notebook (``02_target_and_gold.yaml``), optionally with a
+    suffix for a further set of runs (``05_unlearn.sweep.yaml``), and holds one mapping or a list
+    of mappings. Two runs of one notebook may not share a name.
     """
     folder = paths.PARAMS_DIR / profile
     if not folder.is_dir():
         known = sorted(p.name for p in paths.PARAMS_DIR.iterdir() if p.is_dir())
         raise RunError(f"Unknown profile '{profile}'. Known profiles: {', '.join(known)}.")
-    specs = []
+    specs, seen = [], {}
     for file in sorted(folder.glob("*.yaml")):
-        specs.extend(plan_run(file.stem, file))
+        for spec in plan_run(file.name.split(".")[0], file):
+            key = (spec.notebook.stem, spec.name)
+            if key in seen:
+                raise RunError(f"Run {key[0]}/{key[1]} is defined twice ({seen[key]} and {file.name}); "
+                               "give one of them a parameter value that differs.")
+            seen[key] = file.name
+            specs.append(spec)
     return specs
 
 

@@ -75,3 +75,17 @@ def test_completeness_needs_notebook_record_and_same_parameters(tmp_path, monkey
     other = runs.plan_run("01_data", None, {"profile": "x", "check_regeneration": False})[0]
     other_same_dir = runs.RunSpec(other.notebook, other.params, spec.name)
     assert not other_same_dir.is_complete()
+
+
+def test_grid_takes_suffixed_parameter_files_and_refuses_duplicate_names(tmp_path, monkeypatch):
+    folder = tmp_path / "prof"
+    folder.mkdir()
+    (folder / "01_data.yaml").write_text("- {profile: prof, data_source: a}\n- {profile: prof, data_source: b}\n")
+    (folder / "01_data.more.yaml").write_text("- {profile: prof, data_source: c}\n- {profile: prof, data_source: b}\n")
+    monkeypatch.setattr(runs.paths, "PARAMS_DIR", tmp_path)
+    with pytest.raises(RunError, match="defined twice"):
+        runs.grid("prof")
+    (folder / "01_data.more.yaml").write_text("- {profile: prof, data_source: c}\n"
+                                             "- {profile: prof, data_source: c, check_regeneration: false}\n")
+    names = [s.name for s in runs.grid("prof")]
+    assert len(names) == 4 and len(set(names)) == 4 and all(s.notebook.stem == "01_data" for s in runs.grid("prof"))
