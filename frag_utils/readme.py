@@ -15,6 +15,7 @@ BLOCKS = {
     "smol-utility": "papermill_runs/02_target_and_gold/smol/utility_components.md",
     "smol-frag": "papermill_runs/04_frag/smol/scores.md",
     "smol-methods": "figures/smol/methods.md",
+    "smol-sweep": "figures/smol/sweep.md",
     "bench": "bench/results/summary.md",
 }
 
