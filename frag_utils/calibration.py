@@ -117,6 +117,34 @@ def backbone(model: nn.Module, modules: dict[str, nn.Linear]) -> nn.Module:
 
 
 @torch.no_grad()
+def run_hooked_batches(model: nn.Module, tokenizer: Any, encoded: Sequence[dict], batch_size: int,
+                       hooked: dict[str, nn.Module], state: dict) -> int:
+    """Run encoded calibration text through ``model`` for forward hooks on ``hooked`` to collect.
+
+    Right-padded batches in eval mode (the mode is restored after), through :func:`backbone`
+    (no output head when the hooked modules do not need it). Before each batch,
+    ``state["mask"]`` is set to its attention mask ``[B, T]`` (float), so a hook can exclude padding.
+
+    Returns:
+        The number of non-padding tokens run.
+    """
+    device = next(model.parameters()).device
+    run = backbone(model, hooked)
+    was_training = model.training
+    model.eval()
+    tokens = 0
+    try:
+        for chunk in batches(encoded, batch_size):
+            batch = {k: v.to(device) for k, v in collate(chunk, tokenizer.pad_token_id, side="right").items()}
+            state["mask"] = batch["attention_mask"].float()
+            tokens += int(batch["attention_mask"].sum())
+            run(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+    finally:
+        model.train(was_training)
+    return tokens
+
+
+@torch.no_grad()
 def activation_norms(model: nn.Module, tokenizer: Any, records: Sequence[dict], modules: dict[str, nn.Linear],
                      config: CalibConfig) -> dict[str, torch.Tensor]:
     """Per-input-channel activation norms ``{module name: x [d_in]}`` (fp32) on ``records``."""
@@ -134,18 +162,11 @@ def activation_norms(model: nn.Module, tokenizer: Any, records: Sequence[dict], 
         return fn
 
     handles = [m.register_forward_pre_hook(hook(name)) for name, m in modules.items()]
-    was_training = model.training
-    model.eval()
-    run = backbone(model, modules)
     try:
-        for chunk in batches(encoded, config.batch_size):
-            batch = {k: v.to(device) for k, v in collate(chunk, tokenizer.pad_token_id, side="right").items()}
-            state["mask"] = batch["attention_mask"].float()
-            run(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"])
+        run_hooked_batches(model, tokenizer, encoded, config.batch_size, modules, state)
     finally:
         for h in handles:
             h.remove()
-        model.train(was_training)
     n = len(encoded)
     if config.statistic == "seq_norm":
         return {k: (v / n).float().cpu() for k, v in acc.items()}

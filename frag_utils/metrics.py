@@ -20,7 +20,10 @@ Every metric returns per-example values and the aggregate.
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import math
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -361,9 +364,6 @@ def evaluate_model_cached(model_id: str, data_source: str, forget_split: str, li
     re-saved model, other data or other settings are evaluated afresh. Used where one model (a
     target) is evaluated by many runs.
     """
-    import hashlib
-    import json
-
     from . import calibration, data, models, paths, records
 
     sets = [f"{forget_split}_perturbed", "retain_perturbed", *UTILITY_SETS]
@@ -371,8 +371,6 @@ def evaluate_model_cached(model_id: str, data_source: str, forget_split: str, li
            "data": {s: data.load_split(data_source, s, limit) for s in sets},
            "max_new_tokens": max_new_tokens, "batch_size": batch_size, "device": device}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]
-    from pathlib import Path
-
     file = Path(cache_folder or paths.cache_dir() / "evaluations") / f"{digest}.json"
     if file.is_file():
         return {**json.loads(file.read_text()), "cached": True}

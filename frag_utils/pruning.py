@@ -244,8 +244,7 @@ def neuron_activations(model: nn.Module, tokenizer: Any, records: Sequence[dict]
     Returns:
         ``{MLP name: mean |a| [d_ff]}`` (fp32, on the CPU).
     """
-    from .calibration import encode_calibration, select_records
-    from .prompts import batches, collate
+    from .calibration import encode_calibration, run_hooked_batches, select_records
 
     if variant not in SP_VARIANTS:
         raise PruningError(f"Unknown Selective Pruning variant {variant!r}; choose 'down_in' or 'up'.")
@@ -261,24 +260,18 @@ def neuron_activations(model: nn.Module, tokenizer: Any, records: Sequence[dict]
         acc[name] += (a.float().abs() * state["mask"][..., None]).sum(dim=(0, 1)).double()
 
     if variant == "down_in":
+        hooked = {f"{name}.down_proj": b.down_proj for name, b in blocks.items()}
         handles = [b.down_proj.register_forward_pre_hook(lambda _m, args, n=name: add(n, args[0]))
                    for name, b in blocks.items()]
     else:
+        hooked = {f"{name}.up_proj": b.up_proj for name, b in blocks.items()}
         handles = [b.up_proj.register_forward_hook(lambda _m, _args, out, n=name: add(n, out))
                    for name, b in blocks.items()]
-    was_training = model.training
-    model.eval()
-    tokens = 0
     try:
-        for chunk in batches(encoded, config.batch_size):
-            batch = {k: v.to(device) for k, v in collate(chunk, tokenizer.pad_token_id, side="right").items()}
-            state["mask"] = batch["attention_mask"].float()
-            tokens += int(batch["attention_mask"].sum())
-            model(**batch)
+        tokens = run_hooked_batches(model, tokenizer, encoded, config.batch_size, hooked, state)
     finally:
         for h in handles:
             h.remove()
-        model.train(was_training)
     if tokens == 0:
         raise PruningError("The calibration text has no tokens.")
     return {k: (v / tokens).float().cpu() for k, v in acc.items()}
