@@ -6,6 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.frag-installed
 PROFILE ?= smol
 SELECT ?=
+FORCE ?=
 export FRAG_PROGRESS ?= 0
 
 .PHONY: setup test test-package test-notebooks reproduce bench clean-scratch
@@ -30,7 +31,7 @@ test-notebooks: $(STAMP)
 	$(PY) -m pytest --nbval-lax notebooks/ -q -p no:cacheprovider
 
 reproduce: $(STAMP)
-	$(PY) -m frag_utils reproduce --profile $(PROFILE) $(if $(SELECT),--select $(SELECT),)
+	$(PY) -m frag_utils reproduce --profile $(PROFILE) $(if $(SELECT),--select $(SELECT),) $(if $(FORCE),--force,)
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py
