@@ -104,24 +104,33 @@ def read_json(path: str | Path) -> dict:
 
 
 def write_table(df: Any, stem: str | Path, prov: dict, sort_by: list[str] | None = None,
-                floatfmt: str = ".3f") -> dict[str, Path]:
+                floatfmt: str = ".3f", formats: dict[str, str] | None = None) -> dict[str, Path]:
     """Write a pandas table as Markdown, LaTeX and CSV, with a provenance file next to them.
 
     Args:
         df: the table.
         stem: path without suffix, e.g. ``papermill_runs/02_target_and_gold/smol/table``.
         sort_by: columns giving a complete sort key (rows are sorted before saving).
+        floatfmt: format of float cells in Markdown and LaTeX; ``formats`` overrides it per column
+            (e.g. ``{"lr": "g"}``).
     Returns:
         The paths written, by format.
     """
     stem = Path(stem)
     if sort_by:
         df = df.sort_values(sort_by, kind="stable").reset_index(drop=True)
+    formats = formats or {}
+    unknown = sorted(set(formats) - set(df.columns))
+    if unknown:
+        raise ValueError(f"formats names columns {unknown} that the table does not have.")
+    md_fmt = tuple(formats.get(c, floatfmt) for c in df.columns) if formats else floatfmt
+    latex_formatters = {c: (lambda f: lambda x: format(x, f))(f) for c, f in formats.items()}
     out = {
-        "md": atomic_write_text(stem.with_suffix(".md"), df.to_markdown(index=False, floatfmt=floatfmt) + "\n"),
+        "md": atomic_write_text(stem.with_suffix(".md"), df.to_markdown(index=False, floatfmt=md_fmt) + "\n"),
         "csv": atomic_write_text(stem.with_suffix(".csv"), df.to_csv(index=False, float_format="%.6g")),
         "tex": atomic_write_text(stem.with_suffix(".tex"),
-                                 df.to_latex(index=False, float_format=lambda x: format(x, floatfmt))),
+                                 df.to_latex(index=False, float_format=lambda x: format(x, floatfmt),
+                                             formatters=latex_formatters or None)),
     }
     write_json(stem.with_suffix(".provenance.json"), {"files": [p.name for p in out.values()]}, prov)
     return out

@@ -87,11 +87,14 @@ def _last_checkpoint(work_dir: Path) -> str | None:
 
 
 def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: TrainConfig, work_dir: str | Path,
-                 trainer_cls: type | None = None, collator: Callable | None = None, **trainer_kwargs) -> Any:
+                 trainer_cls: type | None = None, collator: Callable | None = None, optim_args: str | None = None,
+                 save_steps: int = 0, **trainer_kwargs) -> Any:
     """A ``Trainer`` for ``dataset`` with ``config``; ``trainer_cls`` may override ``compute_loss``.
 
-    Checkpoints (weights and optimizer state) are saved to ``work_dir`` at every epoch end, the
-    newest one kept, so an interrupted run resumes where it stopped.
+    Checkpoints (weights and optimizer state) are saved to ``work_dir`` at every epoch end (every
+    ``save_steps`` optimizer steps instead when it is positive), the newest one kept, so an
+    interrupted run resumes where it stopped. ``optim_args`` is passed to the optimizer as
+    ``TrainingArguments.optim_args`` (e.g. ``"momentum=0.9"`` for SGD).
     """
     from transformers import Trainer, TrainingArguments
 
@@ -103,7 +106,8 @@ def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: TrainConf
         warmup_steps=int(round(config.warmup_epochs * n_steps)), optim=config.optimizer,
         max_grad_norm=config.max_grad_norm, bf16=config.bf16, seed=config.seed, data_seed=config.seed,
         use_cpu=not torch.cuda.is_available(), logging_strategy="steps", logging_steps=max(1, n_steps // 4),
-        save_strategy="epoch", save_total_limit=1, report_to="none", disable_tqdm=not progress_enabled(),
+        save_strategy="steps" if save_steps > 0 else "epoch", save_steps=save_steps if save_steps > 0 else 500,
+        optim_args=optim_args, save_total_limit=1, report_to="none", disable_tqdm=not progress_enabled(),
         log_level="info" if progress_enabled() else "error", remove_unused_columns=False,
         dataloader_num_workers=0,
     )

@@ -1,0 +1,240 @@
+"""Relearning attacks: fine-tune an unlearned model briefly and see how much comes back.
+
+The paper's threat model: the released checkpoint is fine-tuned for one epoch (AdamW, lr 1e-5,
+weight decay 0.01, effective batch 32, seed 42) on
+
+* ``retain``: the retain split matching the forget split (``retain90`` for ``forget10``);
+* ``forget``: the forget split itself;
+* ``forget_retain``: their union (TOFU's ``full``);
+
+and forget ES before and after is compared (ΔES = ES_post - ES_pre). The appendix variants are
+parameters of the same function: the learning rate, the optimizer (:data:`OPTIMIZERS`), the attack
+data (also ``paraphrased_forget``: the forget split's paraphrased questions and answers;
+``mix50``: the forget split plus as many retain records drawn at random; ``forget_general``: the
+forget split plus the ``real_authors`` and ``world_facts`` question/answer sets), the horizon
+(epochs, evaluated after each epoch of one run) and a LoRA attack (``lora_rank > 0``, through
+peft), which the paper does not test.
+
+Training goes through :func:`frag_utils.train.make_trainer` (Hugging Face ``Trainer``): progress
+bar, logging, seeding, several GPUs through ``accelerate``, and resumption from the newest saved
+state in the work folder; the evaluation after each epoch is kept in that folder too, so a
+resumed run reports every epoch.
+"""
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from torch import nn
+from transformers import TrainerCallback
+
+from . import data, train
+from .records import atomic_write_text
+from .unlearn import records_digest
+
+ATTACK_DATA = ("retain", "forget", "forget_retain", "paraphrased_forget", "mix50", "forget_general")
+# Our name -> (TrainingArguments.optim, optim_args).
+OPTIMIZERS = {"adamw": ("adamw_torch", None), "sgd": ("sgd", None), "sgd_momentum": ("sgd", "momentum=0.9"),
+              "adafactor": ("adafactor", None), "adagrad": ("adagrad", None)}
+LORA_DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
+SPEC_FILE = "attack_spec.json"
+EPOCHS_FILE = "epoch_evaluations.json"
+# The paper marks an attack as not effective when it recovers nothing from any model.
+NOT_EFFECTIVE_BELOW = 0.10
+
+
+def attack_effective(delta_es: Sequence[float], threshold: float = NOT_EFFECTIVE_BELOW) -> bool:
+    """False when every ΔES of an attack (one per model) is under ``threshold``."""
+    return any(d >= threshold for d in delta_es)
+
+
+@dataclass(frozen=True)
+class AttackConfig:
+    """One relearning attack. Defaults: the paper's setting (OpenUnlearning's fine-tuning recipe,
+    one epoch, including its one-epoch linear warmup)."""
+
+    data: str = "forget_retain"  # one of ATTACK_DATA
+    epochs: int = 1
+    lr: float = 1e-5
+    optimizer: str = "adamw"  # one of OPTIMIZERS
+    batch_size: int = 8
+    grad_accum: int = 4  # effective batch 32
+    weight_decay: float = 0.01
+    warmup_epochs: float = 1.0  # reference: one epoch, i.e. a one-epoch attack never reaches its peak lr
+    scheduler: str = "linear"
+    bf16: bool = True
+    seed: int = 42
+    max_len: int = 256
+    chat: bool = True
+    lora_rank: int = 0  # 0: full fine-tuning; > 0: a LoRA attack of this rank
+    lora_alpha: float = 0.0  # LoRA scaling numerator; 0 means 2 * rank
+    lora_targets: str = LORA_DEFAULT_TARGETS  # comma-separated module names LoRA adapts
+    save_steps: int = 0  # save resumable state every N optimizer steps (0: at each epoch end)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.data not in ATTACK_DATA:
+            problems.append(f"data must be one of {ATTACK_DATA}, got {self.data!r}")
+        if self.optimizer not in OPTIMIZERS:
+            problems.append(f"optimizer must be one of {tuple(OPTIMIZERS)}, got {self.optimizer!r}")
+        if not (isinstance(self.epochs, int) and self.epochs >= 1):
+            problems.append(f"epochs must be a whole number >= 1 (ES is reported per epoch), got {self.epochs!r}")
+        if self.lora_rank < 0 or self.lora_alpha < 0:
+            problems.append(f"lora_rank and lora_alpha must be >= 0, got {self.lora_rank}, {self.lora_alpha}")
+        if self.lora_rank > 0 and not [t for t in self.lora_targets.split(",") if t.strip()]:
+            problems.append("lora_targets names no module")
+        if self.save_steps < 0:
+            problems.append(f"save_steps must be >= 0, got {self.save_steps}")
+        if problems:
+            raise ValueError("Invalid attack settings: " + "; ".join(problems) + ".")
+        self.train_config()  # the shared checks (lr > 0, warmup within the run, ...)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def train_config(self) -> train.TrainConfig:
+        return train.TrainConfig(
+            epochs=float(self.epochs), lr=self.lr, batch_size=self.batch_size, grad_accum=self.grad_accum,
+            weight_decay=self.weight_decay, warmup_epochs=self.warmup_epochs, scheduler=self.scheduler,
+            optimizer=OPTIMIZERS[self.optimizer][0], bf16=self.bf16, seed=self.seed, max_len=self.max_len,
+            chat=self.chat)
+
+
+def _qa(records: Sequence[dict]) -> list[dict]:
+    return [{"question": r["question"], "answer": r["answer"]} for r in records]
+
+
+def attack_records(source: str, forget_split: str, which: str, seed: int = 42) -> list[dict]:
+    """The question/answer records an attack fine-tunes on.
+
+    Args:
+        source: a data source of :func:`frag_utils.data.load_split`.
+        forget_split: ``forget01`` | ``forget05`` | ``forget10``; the retain side is the matching split.
+        which: one of :data:`ATTACK_DATA`.
+        seed: draws the retain half of ``mix50``.
+    Raises:
+        ValueError: ``which`` is not an attack set; DataError: the data cannot be loaded.
+    """
+    if which not in ATTACK_DATA:
+        raise ValueError(f"Unknown attack data {which!r}; choose one of {ATTACK_DATA}.")
+    forget = _qa(data.load_split(source, forget_split))
+    if which == "forget":
+        return forget
+    if which == "paraphrased_forget":
+        return [{"question": r["paraphrased_question"], "answer": r["paraphrased_answer"]}
+                for r in data.load_split(source, f"{forget_split}_perturbed")]
+    if which == "forget_general":
+        return forget + _qa(data.load_split(source, "real_authors")) + _qa(data.load_split(source, "world_facts"))
+    retain = _qa(data.load_split(source, data.matching_retain(forget_split)))
+    if which == "retain":
+        return retain
+    if which == "forget_retain":
+        return forget + retain
+    if len(retain) < len(forget):  # mix50
+        raise ValueError(f"mix50 needs at least as many retain records as forget records "
+                         f"({len(retain)} < {len(forget)}).")
+    return forget + random.Random(seed).sample(retain, len(forget))
+
+
+class _EpochEvaluation(TrainerCallback):
+    """Evaluates the model at the end of chosen epochs; results are kept in ``file`` (resumable)."""
+
+    def __init__(self, evaluate: Callable[[nn.Module], dict], epochs: set[int], file: Path):
+        self.evaluate, self.epochs, self.file = evaluate, epochs, file
+        self.results: dict[str, dict] = json.loads(file.read_text()) if file.is_file() else {}
+
+    def on_epoch_end(self, args, state, control, model=None, **kwargs):
+        epoch = int(round(state.epoch or 0))
+        if epoch in self.epochs:
+            was_training = model.training
+            model.eval()
+            self.results[str(epoch)] = self.evaluate(model)
+            model.train(was_training)
+            atomic_write_text(self.file, json.dumps(self.results, sort_keys=True, default=str))
+
+
+def _with_lora(model: nn.Module, config: AttackConfig) -> nn.Module:
+    from peft import LoraConfig, get_peft_model
+
+    targets = [t.strip() for t in config.lora_targets.split(",") if t.strip()]
+    present = {name.rsplit(".", 1)[-1] for name, _ in model.named_modules()}
+    missing = [t for t in targets if t not in present]
+    if missing:
+        raise ValueError(f"lora_targets {missing} name no module of this model; modules include "
+                         f"{sorted(present & set(LORA_DEFAULT_TARGETS.split(',')))}.")
+    lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha or 2 * config.lora_rank,
+                      target_modules=targets, lora_dropout=0.0, bias="none", task_type="CAUSAL_LM")
+    return get_peft_model(model, lora)
+
+
+def _guard_work_dir(work_dir: Path, spec: dict, replace_other: bool) -> None:
+    """Refuse to resume from a work folder of another attack (settings, data or model differ),
+    or with ``replace_other`` empty it."""
+    file = work_dir / SPEC_FILE
+    if file.is_file() and json.loads(file.read_text()) != spec and replace_other:
+        shutil.rmtree(work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    if file.is_file() and json.loads(file.read_text()) != spec:
+        raise ValueError(f"{work_dir} holds the state of another attack (settings, data or model differ); "
+                         "delete it or choose another work_dir.")
+    file.write_text(json.dumps(spec, sort_keys=True, indent=1))
+
+
+def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: AttackConfig,
+            work_dir: str | Path, evaluate: Callable[[nn.Module], dict] | None = None,
+            eval_epochs: Sequence[int] | None = None, model_id: str = "", callbacks: list | None = None,
+            replace_other: bool = False) -> tuple[nn.Module, dict]:
+    """Fine-tune ``model`` on ``records`` as an attacker would.
+
+    Args:
+        model: the unlearned model (updated in place for full fine-tuning).
+        records: question/answer records (:func:`attack_records`).
+        work_dir: resumable state and the per-epoch evaluations; delete it when the run is recorded.
+        evaluate: called on the model after each epoch in ``eval_epochs`` (default: every epoch);
+            its results are returned under ``epochs``.
+        model_id: the identity of the attacked weights, part of the work folder's guard.
+        callbacks: extra ``TrainerCallback``s.
+        replace_other: a work folder left by another attack (other settings, data or model) is
+            emptied instead of refused.
+    Returns:
+        ``(model, summary)``: the attacked model (LoRA adapters merged into the weights) and
+        ``train_seconds``, ``global_steps``, ``steps_per_epoch``, ``logged_losses``, ``resumed_from``,
+        ``n_examples``, ``config``, ``epochs`` ({epoch: evaluation}).
+    Raises:
+        ValueError: empty ``records``, LoRA targets missing from the model, ``eval_epochs``
+            outside ``1..epochs``, or a work folder of another attack.
+    """
+    if not records:
+        raise ValueError("The attack set is empty: nothing to fine-tune on.")
+    wanted = set(range(1, config.epochs + 1)) if eval_epochs is None else {int(e) for e in eval_epochs}
+    outside = sorted(e for e in wanted if not 1 <= e <= config.epochs)
+    if outside:
+        raise ValueError(f"eval_epochs {outside} lie outside the attack's epochs 1..{config.epochs}.")
+    work_dir = Path(work_dir)
+    _guard_work_dir(work_dir, {"config": config.as_dict(), "data": records_digest(records), "model": model_id},
+                    replace_other)
+    if config.lora_rank > 0:
+        model = _with_lora(model, config)
+    dataset = train.QADataset(tokenizer, records, config.chat, config.max_len)
+    cbs = list(callbacks or [])
+    epoch_eval = None
+    if evaluate is not None and wanted:
+        epoch_eval = _EpochEvaluation(evaluate, wanted, work_dir / EPOCHS_FILE)
+        cbs.append(epoch_eval)
+    trainer = train.make_trainer(model, tokenizer, dataset, config.train_config(), work_dir,
+                                 optim_args=OPTIMIZERS[config.optimizer][1], save_steps=config.save_steps,
+                                 callbacks=cbs)
+    summary = train.run_trainer(trainer, work_dir)
+    model = trainer.model
+    if config.lora_rank > 0:
+        model = model.merge_and_unload()
+    model.eval()
+    summary.update(n_examples=len(dataset), config=config.as_dict(),
+                   steps_per_epoch=train.steps_per_epoch(len(dataset), config.train_config()),
+                   epochs={int(k): v for k, v in (epoch_eval.results if epoch_eval else {}).items()})
+    return model, summary
+

@@ -1,0 +1,246 @@
+import copy
+from collections import Counter
+
+import pytest
+import torch
+from transformers import TrainerCallback
+
+from frag_utils import attacks as A
+from frag_utils import data, metrics, models, train
+from frag_utils import unlearn as U
+
+# Large steps on the tiny model so that a few of them move it visibly.
+FAST = dict(lr=5e-3, batch_size=4, grad_accum=1, warmup_epochs=0.0, bf16=False, seed=0)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """One torch thread: the tiny model's matrices are too small to split (see test_unlearn)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _questions(records):
+    return Counter(r["question"] for r in records)
+
+
+# ---- the attack sets -------------------------------------------------------------------------
+
+def test_attack_sets_hold_exactly_the_intended_records():
+    forget = data.load_split("synthetic", "forget10")
+    retain = data.load_split("synthetic", "retain90")
+    full = data.load_split("synthetic", "full")
+    sets = {w: A.attack_records("synthetic", "forget10", w) for w in A.ATTACK_DATA}
+    assert sets["forget"] == [{"question": r["question"], "answer": r["answer"]} for r in forget]
+    assert sets["retain"] == [{"question": r["question"], "answer": r["answer"]} for r in retain]
+    # forget+retain is TOFU's `full`: every record once, nothing else
+    assert _questions(sets["forget_retain"]) == _questions(full)
+    assert len(sets["forget_retain"]) == len(forget) + len(retain)
+    # paraphrased: one per forget record, none of the original wordings
+    para = sets["paraphrased_forget"]
+    assert len(para) == len(forget)
+    assert not set(_questions(para)) & set(_questions(forget))
+    assert {r["answer"] for r in para}.isdisjoint({r["answer"] for r in forget})
+    # 50/50: all forget records plus as many distinct retain records
+    mix = sets["mix50"]
+    assert mix[:len(forget)] == sets["forget"]
+    drawn = mix[len(forget):]
+    assert len(drawn) == len(forget) and len(_questions(drawn)) == len(forget)
+    assert set(_questions(drawn)) <= set(_questions(retain))
+    assert A.attack_records("synthetic", "forget10", "mix50", seed=1) != mix  # the seed draws the half
+    assert A.attack_records("synthetic", "forget10", "mix50") == mix  # and the same seed the same half
+    general = sets["forget_general"]
+    n_general = len(data.load_split("synthetic", "real_authors")) + len(data.load_split("synthetic", "world_facts"))
+    assert general[:len(forget)] == sets["forget"] and len(general) == len(forget) + n_general
+
+
+def test_attack_sets_follow_the_forget_split():
+    for split, retain in (("forget01", "retain99"), ("forget05", "retain95")):
+        assert _questions(A.attack_records("synthetic", split, "retain")) == \
+            _questions(data.load_split("synthetic", retain))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(data="paraphrase"), "data must be one of"),
+    (dict(optimizer="adam"), "optimizer must be one of"),
+    (dict(epochs=1.5), "whole number"),
+    (dict(lora_rank=-1), "lora_rank"),
+    (dict(lora_rank=4, lora_targets=" , "), "names no module"),
+    (dict(warmup_epochs=2.0), "warmup_epochs"),
+    (dict(lr=0.0), "lr"),
+])
+def test_bad_settings_are_refused_with_the_reason(bad, message):
+    with pytest.raises(ValueError, match=message):
+        A.AttackConfig(**bad)
+
+
+def test_unknown_attack_set_is_refused():
+    with pytest.raises(ValueError, match="Unknown attack data"):
+        A.attack_records("synthetic", "forget10", "everything")
+
+
+def test_not_effective_rule():
+    assert not A.attack_effective([0.0, 0.05, 0.099])
+    assert A.attack_effective([0.0, 0.1])
+
+
+# ---- the attack itself -----------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def forget():
+    return data.load_split("synthetic", "forget10_perturbed", limit=8)
+
+
+@pytest.fixture(scope="module")
+def unlearned(tokenizer, forget, tmp_path_factory):
+    """The tiny model taught the forget answers, then made to forget them by gradient ascent:
+    (target, unlearned)."""
+    qa = A._qa(forget)
+    model = models.build_tiny_model(len(tokenizer), seed=0)
+    cfg = train.TrainConfig(epochs=40, lr=5e-3, batch_size=8, grad_accum=1, warmup_epochs=0,
+                            scheduler="constant", bf16=False, seed=0)
+    train.finetune(model, tokenizer, qa, cfg, tmp_path_factory.mktemp("target"))
+    target = copy.deepcopy(model).eval()
+    ga = U.UnlearnConfig(method="ga", epochs=2, lr=1e-3, batch_size=4, grad_accum=1, warmup_epochs=0,
+                         bf16=False, seed=0)
+    U.unlearn(model, tokenizer, qa, None, ga, tmp_path_factory.mktemp("ga"))
+    return target, model.eval()
+
+
+def _es(model, tokenizer, records):
+    return metrics.extraction_strength(model, tokenizer, records, batch_size=8)["value"]
+
+
+def test_forget_attack_raises_lowered_forget_es(tokenizer, forget, unlearned, tmp_path):
+    target, model = unlearned
+    es_target, es_before = _es(target, tokenizer, forget), _es(model, tokenizer, forget)
+    assert es_before < es_target - 0.2, (es_target, es_before)  # unlearning did lower it
+    attacked, summary = A.relearn(copy.deepcopy(model).requires_grad_(True), tokenizer,
+                                  A._qa(forget), A.AttackConfig(data="forget", epochs=3, **FAST), tmp_path,
+                                  evaluate=lambda m: {"es": _es(m, tokenizer, forget)})
+    es_after = _es(attacked, tokenizer, forget)
+    assert es_after > es_before + 0.2, (es_before, es_after)
+    # the evaluation after the last epoch is of the model returned
+    assert summary["epochs"][3]["es"] == pytest.approx(es_after, abs=1e-6)
+    assert sorted(summary["epochs"]) == [1, 2, 3]
+    assert summary["global_steps"] == 3 * summary["steps_per_epoch"] == 3 * 2
+
+
+class _Interrupt(TrainerCallback):
+    def __init__(self, at_step):
+        self.at_step = at_step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.at_step:
+            raise KeyboardInterrupt("killed")
+
+
+def test_interrupted_attack_resumes_from_its_last_saved_state(tokenizer, forget, unlearned, tmp_path):
+    _, model = unlearned
+    records = A.attack_records("synthetic", "forget10", "forget_retain")[:16]
+    cfg = A.AttackConfig(data="forget_retain", epochs=2, save_steps=2, **FAST)  # 4 steps per epoch
+    calls = []
+
+    def evaluate(m):
+        calls.append(1)
+        return {"es": _es(m, tokenizer, forget)}
+
+    whole, whole_summary = A.relearn(copy.deepcopy(model).requires_grad_(True), tokenizer, records, cfg,
+                                     tmp_path / "whole", evaluate=evaluate)
+    work = tmp_path / "cut"
+    with pytest.raises(KeyboardInterrupt):  # killed at step 7: epoch 1 evaluated, step 6 saved
+        A.relearn(copy.deepcopy(model).requires_grad_(True), tokenizer, records, cfg, work,
+                  evaluate=evaluate, callbacks=[_Interrupt(7)])
+    assert (work / "checkpoint-6").is_dir()
+    calls.clear()
+    resumed, summary = A.relearn(copy.deepcopy(model).requires_grad_(True), tokenizer, records, cfg, work,
+                                 evaluate=evaluate)
+    assert summary["resumed_from"].endswith("checkpoint-6")
+    assert len(calls) == 1  # only epoch 2 was evaluated again; epoch 1 came from the work folder
+    assert sorted(summary["epochs"]) == [1, 2]
+    for epoch in (1, 2):
+        assert summary["epochs"][epoch]["es"] == pytest.approx(whole_summary["epochs"][epoch]["es"], abs=1e-6)
+    for (name, a), (_, b) in zip(whole.named_parameters(), resumed.named_parameters()):
+        assert torch.allclose(a, b, atol=1e-6), name
+
+
+def test_work_folder_of_another_attack_is_refused(tokenizer, forget, unlearned, tmp_path):
+    _, model = unlearned
+    records = A._qa(forget)
+    A.relearn(copy.deepcopy(model).requires_grad_(True), tokenizer, records,
+              A.AttackConfig(data="forget", **FAST), tmp_path)
+    with pytest.raises(ValueError, match="another attack"):
+        A.relearn(copy.deepcopy(model).requires_grad_(True), tokenizer, records,
+                  A.AttackConfig(data="forget", **{**FAST, "lr": 1e-3}), tmp_path)
+    (tmp_path / "checkpoint-2" / "marker").write_text("old state")
+    _, summary = A.relearn(copy.deepcopy(model).requires_grad_(True), tokenizer, records,
+                           A.AttackConfig(data="forget", **{**FAST, "lr": 1e-3}), tmp_path, replace_other=True)
+    assert summary["resumed_from"] is None and not (tmp_path / "checkpoint-2" / "marker").exists()
+
+
+def test_eval_epochs_outside_the_run_are_refused(tokenizer, forget, unlearned, tmp_path):
+    _, model = unlearned
+    with pytest.raises(ValueError, match="outside the attack's epochs"):
+        A.relearn(model, tokenizer, A._qa(forget), A.AttackConfig(data="forget", epochs=2, **FAST), tmp_path,
+                  evaluate=lambda m: {}, eval_epochs=[2, 3])
+
+
+def test_empty_attack_set_is_refused(tokenizer, unlearned, tmp_path):
+    with pytest.raises(ValueError, match="empty"):
+        A.relearn(unlearned[1], tokenizer, [], A.AttackConfig(**FAST), tmp_path)
+
+
+class _Optimizer(TrainerCallback):
+    def on_step_end(self, args, state, control, optimizer=None, **kwargs):
+        self.optimizer = optimizer
+
+
+@pytest.mark.parametrize("name, cls, extra", [
+    ("sgd_momentum", torch.optim.SGD, {"momentum": 0.9}),
+    ("sgd", torch.optim.SGD, {"momentum": 0.0}),
+    ("adagrad", torch.optim.Adagrad, {}),
+    ("adamw", torch.optim.AdamW, {}),
+])
+def test_optimizer_variants_build_the_named_optimizer(tokenizer, forget, unlearned, tmp_path, name, cls, extra):
+    seen = _Optimizer()
+    A.relearn(copy.deepcopy(unlearned[1]).requires_grad_(True), tokenizer, A._qa(forget)[:4],
+              A.AttackConfig(data="forget", optimizer=name, **FAST), tmp_path, callbacks=[seen])
+    opt = seen.optimizer
+    inner = getattr(opt, "optimizer", opt)  # accelerate wraps it
+    assert isinstance(inner, cls)
+    for key, value in extra.items():
+        assert all(g[key] == value for g in inner.param_groups)
+    assert all(g["lr"] >= 0 for g in inner.param_groups)
+
+
+def test_adafactor_uses_the_given_learning_rate(tokenizer, forget, unlearned, tmp_path):
+    from transformers.optimization import Adafactor
+
+    seen = _Optimizer()
+    A.relearn(copy.deepcopy(unlearned[1]).requires_grad_(True), tokenizer, A._qa(forget)[:4],
+              A.AttackConfig(data="forget", optimizer="adafactor", **{**FAST, "scheduler": "constant"}), tmp_path,
+              callbacks=[seen])
+    inner = getattr(seen.optimizer, "optimizer", seen.optimizer)
+    assert isinstance(inner, Adafactor)
+    assert all(not g["relative_step"] and g["lr"] == FAST["lr"] for g in inner.param_groups)
+
+
+def test_lora_attack_changes_only_the_adapted_modules(tokenizer, forget, unlearned, tmp_path):
+    _, model = unlearned
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    attacked, summary = A.relearn(copy.deepcopy(model), tokenizer, A._qa(forget),
+                                  A.AttackConfig(data="forget", epochs=2, lora_rank=4, lora_targets="q_proj,v_proj",
+                                                 **FAST), tmp_path)
+    after = attacked.state_dict()
+    assert after.keys() == before.keys()  # merged back: a plain model again
+    changed = {k for k in before if not torch.equal(before[k], after[k])}
+    assert changed and all(k.endswith(("q_proj.weight", "v_proj.weight")) for k in changed), changed
+    assert _es(attacked, tokenizer, forget) > _es(model, tokenizer, forget)
+
+
+def test_lora_targets_missing_from_the_model_are_named(tokenizer, forget, unlearned, tmp_path):
+    with pytest.raises(ValueError, match=r"\['query'\] name no module"):
+        A.relearn(copy.deepcopy(unlearned[1]), tokenizer, A._qa(forget),
+                  A.AttackConfig(data="forget", lora_rank=4, lora_targets="q_proj,query", **FAST), tmp_path)

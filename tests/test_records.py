@@ -1,0 +1,23 @@
+import json
+
+import pandas as pd
+import pytest
+
+from frag_utils import records
+
+
+def test_write_table_formats_columns_and_keeps_full_precision_in_csv(tmp_path):
+    df = pd.DataFrame({"method": ["ga", "npo"], "lr": [5e-05, 1e-4], "es": [0.123456, 0.5]})
+    out = records.write_table(df, tmp_path / "t", {"source": "test"}, formats={"lr": "g"})
+    md = out["md"].read_text()
+    assert "5e-05" in md and "0.0001" in md and "0.123" in md and "0.123456" not in md
+    tex = out["tex"].read_text()
+    assert "5e-05" in tex and "0.123" in tex and "0.123456" not in tex
+    back = pd.read_csv(out["csv"])
+    assert back["lr"].tolist() == [5e-05, 1e-4] and back["es"].tolist() == [0.123456, 0.5]
+    assert json.loads((tmp_path / "t.provenance.json").read_text())["results"]["files"] == ["t.md", "t.csv", "t.tex"]
+
+
+def test_write_table_refuses_formats_of_missing_columns(tmp_path):
+    with pytest.raises(ValueError, match=r"\['lrr'\]"):
+        records.write_table(pd.DataFrame({"lr": [1e-5]}), tmp_path / "t", {}, formats={"lrr": "g"})
