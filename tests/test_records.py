@@ -7,10 +7,11 @@ from frag_utils import records
 
 
 def test_write_table_formats_columns_and_keeps_full_precision_in_csv(tmp_path):
-    df = pd.DataFrame({"method": ["ga", "npo"], "lr": [5e-05, 1e-4], "es": [0.123456, 0.5]})
-    out = records.write_table(df, tmp_path / "t", {"source": "test"}, formats={"lr": "g"})
+    df = pd.DataFrame({"method": ["ga", "npo"], "lr": [5e-05, 1e-4], "es": [0.123456, 0.5], "knob": ["2e-05", ""]})
+    out = records.write_table(df, tmp_path / "t", {"source": "test"}, formats={"lr": "g", "knob": "g"})
     md = out["md"].read_text()
     assert "5e-05" in md and "0.0001" in md and "0.123" in md and "0.123456" not in md
+    assert "2e-05" in md  # a number written as text is not rounded to 0.000
     tex = out["tex"].read_text()
     assert "5e-05" in tex and "0.123" in tex and "0.123456" not in tex
     back = pd.read_csv(out["csv"])
