@@ -353,6 +353,19 @@ def evaluate_on_source(model: Any, tokenizer: Any, data_source: str, forget_spli
     return res
 
 
+def es_on_source(model: Any, tokenizer: Any, data_source: str, forget_split: str, limit: int | None = None,
+                 batch_size: int = 16, bf16: bool = False) -> dict:
+    """Only the two ES numbers of :func:`evaluate_on_source` (``es`` on ``<forget_split>_perturbed``,
+    ``es_retain`` on ``retain_perturbed``), for runs that cannot afford Model Utility's generations."""
+    from . import data
+
+    out = {"per_example": {}}
+    for key, config in (("es", f"{forget_split}_perturbed"), ("es_retain", "retain_perturbed")):
+        res = extraction_strength(model, tokenizer, data.load_split(data_source, config, limit), batch_size, bf16=bf16)
+        out[key], out["per_example"][key] = res["value"], res["per_example"]
+    return out
+
+
 def evaluate_model_cached(model_id: str, data_source: str, forget_split: str, limit: int | None = None,
                           max_new_tokens: int = 64, batch_size: int = 16, device: str = "cpu",
                           cache_folder: str | None = None) -> dict:

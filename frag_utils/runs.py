@@ -171,7 +171,8 @@ class RunSpec:
             recorded = json.loads(results.read_text())["provenance"]["params"]
         except (json.JSONDecodeError, KeyError):
             return False
-        return recorded == self.params
+        defaults = {k: v["default"] for k, v in declared_parameters(self.notebook).items()}
+        return params_key(recorded, defaults) == params_key(self.params, defaults)
 
 
 def plan_run(notebook: str, params_file: str | Path | None = None, overrides: dict | None = None) -> list[RunSpec]:
@@ -209,25 +210,45 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL) -> dict:
     return {"run": f"{spec.notebook.stem}/{spec.name}", "status": "done", "seconds": round(time.time() - start, 1)}
 
 
+def params_key(params: dict, defaults: dict | None = None) -> str:
+    """What makes two runs of one notebook the same run: every parameter but ``run_name``.
+
+    With the notebook's ``defaults``, parameters at their default value are left out, so a record
+    written before a parameter was added to the notebook (whose default keeps the old behaviour,
+    as every added parameter's must) matches a run planned after.
+    """
+    defaults = defaults or {}
+    kept = {k: v for k, v in params.items() if k != "run_name" and not (k in defaults and v == defaults[k])}
+    return json.dumps(kept, sort_keys=True, default=str)
+
+
 def grid(profile: str) -> list[RunSpec]:
-    """Every run of a profile: ``papermill_runs/params/<profile>/*.yaml`` in file-name order.
+    """Every run of a profile: ``papermill_runs/params/<profile>/*.yaml``, by notebook, each
+    notebook's main file first.
 
     Each file is named after its notebook (``02_target_and_gold.yaml``), optionally with a
-    suffix for a further set of runs (``05_unlearn.sweep.yaml``), and holds one mapping or a list
-    of mappings. Two runs of one notebook may not share a name.
+    suffix for a further set of runs (``05_unlearn.sweep.yaml``, after the main file), and holds
+    one mapping or a list of mappings. A run that an earlier file already holds with the same parameters is run once,
+    under its first name (find it with :func:`params_key`); two different runs of one notebook
+    may not share a name.
     """
     folder = paths.PARAMS_DIR / profile
     if not folder.is_dir():
         known = sorted(p.name for p in paths.PARAMS_DIR.iterdir() if p.is_dir())
         raise RunError(f"Unknown profile '{profile}'. Known profiles: {', '.join(known)}.")
-    specs, seen = [], {}
-    for file in sorted(folder.glob("*.yaml")):
+    specs, seen, same = [], {}, set()
+    files = sorted(folder.glob("*.yaml"), key=lambda f: (f.name.split(".")[0], f.name.count(".") > 1, f.name))
+    for file in files:
         for spec in plan_run(file.name.split(".")[0], file):
             key = (spec.notebook.stem, spec.name)
+            identity = (spec.notebook.stem, params_key(spec.params))
+            if identity in same:
+                continue  # the same run, listed by another file too
             if key in seen:
-                raise RunError(f"Run {key[0]}/{key[1]} is defined twice ({seen[key]} and {file.name}); "
-                               "give one of them a parameter value that differs.")
+                raise RunError(f"Run {key[0]}/{key[1]} is defined twice with different parameters ({seen[key]} "
+                               f"and {file.name}); give one of them a parameter value that differs.")
             seen[key] = file.name
+            same.add(identity)
             specs.append(spec)
     return specs
 

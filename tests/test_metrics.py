@@ -152,3 +152,11 @@ def test_cached_evaluation_is_reused_only_for_the_same_model_data_and_settings(t
     # a retrained (re-saved) model is evaluated afresh
     models.save_checkpoint(models.build_tiny_model(len(tokenizer), seed=1), tokenizer, folder)
     assert not metrics.evaluate_model_cached(str(folder), **kw)["cached"]
+
+
+def test_es_only_evaluation_matches_the_full_evaluation(partly_trained, tokenizer):
+    full = metrics.evaluate_on_source(partly_trained, tokenizer, "synthetic", "forget10", 8, 4, 4)
+    only = metrics.es_on_source(partly_trained, tokenizer, "synthetic", "forget10", 8, 4)
+    assert 0 < full["es"] < 1  # something to compare
+    assert only["es"] == pytest.approx(full["es"]) and only["es_retain"] == pytest.approx(full["es_retain"])
+    assert only["per_example"]["es"] == pytest.approx(full["per_example"]["es"])

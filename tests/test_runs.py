@@ -81,11 +81,36 @@ def test_grid_takes_suffixed_parameter_files_and_refuses_duplicate_names(tmp_pat
     folder = tmp_path / "prof"
     folder.mkdir()
     (folder / "01_data.yaml").write_text("- {profile: prof, data_source: a}\n- {profile: prof, data_source: b}\n")
-    (folder / "01_data.more.yaml").write_text("- {profile: prof, data_source: c}\n- {profile: prof, data_source: b}\n")
+    # a run another file already lists with the same parameters is run once, under its first name;
+    # the main file of a notebook comes first
+    (folder / "01_data.more.yaml").write_text("- {profile: prof, data_source: c}\n- {profile: prof, data_source: b}\n"
+                                             "- {profile: prof, data_source: a, check_regeneration: false}\n")
     monkeypatch.setattr(runs.paths, "PARAMS_DIR", tmp_path)
-    with pytest.raises(RunError, match="defined twice"):
+    specs = runs.grid("prof")
+    assert [s.name for s in specs] == ["prof__data_source=a", "prof__data_source=b",
+                                       "prof__check_regeneration=True__data_source=c",
+                                       "prof__check_regeneration=False__data_source=a"]
+    # the same name for different parameters is refused
+    (folder / "01_data.more.yaml").write_text("- {profile: prof, data_source: c, check_regeneration: false}\n"
+                                             "- {profile: prof, data_source: b, check_regeneration: false}\n")
+    with pytest.raises(RunError, match="defined twice with different parameters"):
         runs.grid("prof")
     (folder / "01_data.more.yaml").write_text("- {profile: prof, data_source: c}\n"
                                              "- {profile: prof, data_source: c, check_regeneration: false}\n")
     names = [s.name for s in runs.grid("prof")]
     assert len(names) == 4 and len(set(names)) == 4 and all(s.notebook.stem == "01_data" for s in runs.grid("prof"))
+
+
+def test_a_parameter_added_later_at_its_default_keeps_older_records_complete(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "RUNS_DIR", tmp_path)
+    spec = runs.plan_run("01_data", None, {"profile": "x"})[0]
+    spec.out_dir.mkdir(parents=True)
+    spec.executed.write_text("{}")
+    older = {k: v for k, v in spec.params.items() if k != "check_regeneration"}  # written before it existed
+    (spec.out_dir / runs.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": older}}))
+    assert spec.is_complete()
+    changed = runs.plan_run("01_data", None, {"profile": "x", "check_regeneration": False})[0]
+    assert not runs.RunSpec(changed.notebook, changed.params, spec.name).is_complete()  # not at its default
+    defaults = {k: v["default"] for k, v in runs.declared_parameters(spec.notebook).items()}
+    assert runs.params_key(older, defaults) == runs.params_key(spec.params, defaults)
+    assert runs.params_key(older) != runs.params_key(spec.params)
