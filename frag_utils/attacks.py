@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import random
 import shutil
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -152,7 +153,8 @@ class _EpochEvaluation(TrainerCallback):
         if epoch in self.epochs:
             was_training = model.training
             model.eval()
-            self.results[str(epoch)] = self.evaluate(model)
+            start = time.time()
+            self.results[str(epoch)] = {**self.evaluate(model), "eval_seconds": time.time() - start}
             model.train(was_training)
             atomic_write_text(self.file, json.dumps(self.results, sort_keys=True, default=str))
 
@@ -202,7 +204,7 @@ def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: A
             emptied instead of refused.
     Returns:
         ``(model, summary)``: the attacked model (LoRA adapters merged into the weights) and
-        ``train_seconds``, ``global_steps``, ``steps_per_epoch``, ``logged_losses``, ``resumed_from``,
+        ``train_seconds`` (including the evaluations; each evaluation's own ``eval_seconds`` is in it), ``global_steps``, ``steps_per_epoch``, ``logged_losses``, ``resumed_from``,
         ``n_examples``, ``config``, ``epochs`` ({epoch: evaluation}).
     Raises:
         ValueError: empty ``records``, LoRA targets missing from the model, ``eval_epochs``

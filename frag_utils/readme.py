@@ -16,6 +16,10 @@ BLOCKS = {
     "smol-frag": "papermill_runs/04_frag/smol/scores.md",
     "smol-methods": "figures/smol/methods.md",
     "smol-sweep": "figures/smol/sweep.md",
+    "smol-attacks": "figures/smol/attacks.md",
+    "smol-attack-effectiveness": "figures/smol/attack_effectiveness.md",
+    **{f"smol-variant-{v}": f"figures/smol/variant_{v}_delta_es.md"
+       for v in ("lr", "optimizer", "data", "lora", "horizon")},
     "bench": "bench/results/summary.md",
 }
 
