@@ -1,0 +1,109 @@
+"""Predictor analysis (paper §4, Table 3): how well does each attack-free score rank robustness?
+
+Robustness is measured by ΔES under the forget+retain attack (smaller is more robust). For each
+predictor (FRAG with gamma 1, FRAG with gamma 0 = ``A_f``, ``A_r``, the global L2) the Spearman
+rank correlation with ΔES is reported over *healthy* checkpoints, with a bootstrap confidence
+interval: the number of checkpoints is small, and the interval shows how little a single rho
+says. A predictor of robustness correlates *negatively* with ΔES.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+PREDICTORS = ("FRAG_x100", "A_f_x100", "A_r_x100", "l2_all")
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rho (average ranks for ties); NaN when either side is constant or n < 3."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) != len(y):
+        raise ValueError(f"x and y differ in length ({len(x)} and {len(y)}).")
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    return float(stats.spearmanr(x, y).statistic)
+
+
+def bootstrap_spearman(x: Sequence[float], y: Sequence[float], n_boot: int = 2000, level: float = 0.95,
+                       seed: int = 0) -> dict:
+    """Spearman's rho with a percentile bootstrap interval over resampled (x, y) pairs.
+
+    Resamples in which either side is constant have no rho and are left out; their number is
+    returned as ``n_degenerate``.
+
+    Returns:
+        ``{"rho", "low", "high", "n", "n_boot", "n_degenerate"}``.
+    Raises:
+        ValueError: lengths differ, ``n_boot < 1`` or ``level`` outside (0, 1).
+    """
+    if n_boot < 1 or not 0 < level < 1:
+        raise ValueError(f"n_boot must be >= 1 and level in (0, 1); got {n_boot}, {level}.")
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    rho = spearman(x, y)
+    rng = np.random.default_rng(seed)
+    draws = []
+    for _ in range(n_boot):
+        idx = rng.integers(0, len(x), len(x))
+        draws.append(spearman(x[idx], y[idx]))
+    draws = np.asarray(draws)
+    ok = draws[~np.isnan(draws)]
+    tail = (1 - level) / 2
+    low, high = (np.quantile(ok, [tail, 1 - tail]) if len(ok) else (np.nan, np.nan))
+    return {"rho": rho, "low": float(low), "high": float(high), "n": len(x), "n_boot": n_boot,
+            "n_degenerate": int(len(draws) - len(ok))}
+
+
+def healthy(df: pd.DataFrame, min_utility_fraction: float = 0.5) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Split checkpoints into healthy and excluded ones.
+
+    Excluded: noise controls (``kind == "noise"``) and collapsed models, whose Model Utility
+    before the attack is below ``min_utility_fraction`` times the target's.
+
+    Args:
+        df: one row per checkpoint with ``model_utility_before``, ``target_model_utility`` and
+            optionally ``kind``.
+    Returns:
+        ``(healthy, excluded)``, the latter with a ``reason`` column.
+    """
+    missing = {"model_utility_before", "target_model_utility"} - set(df.columns)
+    if missing:
+        raise ValueError(f"healthy() needs columns {sorted(missing)}.")
+    noise = df["kind"].eq("noise") if "kind" in df else pd.Series(False, index=df.index)
+    collapsed = df["model_utility_before"] < min_utility_fraction * df["target_model_utility"]
+    reason = np.where(noise, "noise control", np.where(collapsed, f"Model Utility below {min_utility_fraction:g} x target's", ""))
+    excluded = df[noise | collapsed].assign(reason=reason[(noise | collapsed).to_numpy()])
+    return df[~(noise | collapsed)], excluded
+
+
+def predictor_table(df: pd.DataFrame, subsets: dict[str, pd.Series] | None = None,
+                    predictors: Sequence[str] = PREDICTORS, target: str = "delta_es", n_boot: int = 2000,
+                    seed: int = 0) -> pd.DataFrame:
+    """Spearman rho (and bootstrap interval) of each predictor against ``target``, per subset.
+
+    Args:
+        subsets: name -> boolean mask over ``df`` rows (default: ``{"all": every row}``).
+    Returns:
+        One row per (subset, predictor): ``subset, predictor, n, rho, low, high``.
+    """
+    subsets = subsets or {"all": pd.Series(True, index=df.index)}
+    rows = []
+    for name, mask in subsets.items():
+        part = df[mask]
+        for p in predictors:
+            res = bootstrap_spearman(part[p], part[target], n_boot=n_boot, seed=seed)
+            rows.append({"subset": name, "predictor": p, "n": res["n"], "rho": res["rho"], "low": res["low"],
+                         "high": res["high"]})
+    return pd.DataFrame(rows)
+
+
+def standardised(df: pd.DataFrame, predictors: Sequence[str] = PREDICTORS) -> pd.DataFrame:
+    """Each predictor as a z-score over the given rows (its own mean and standard deviation): the
+    ranking figure's scale, on which predictors of different units can be compared."""
+    out = df.copy()
+    for p in predictors:
+        sd = df[p].std(ddof=0)
+        out[p] = (df[p] - df[p].mean()) / sd if sd > 0 else 0.0
+    return out

@@ -1,0 +1,96 @@
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from frag_utils import analysis as A
+
+
+def _slow_spearman(x, y):
+    """Pearson correlation of average ranks, written out."""
+    def ranks(v):
+        order = sorted(range(len(v)), key=lambda i: v[i])
+        r = [0.0] * len(v)
+        i = 0
+        while i < len(v):
+            j = i
+            while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                r[order[k]] = (i + j) / 2 + 1
+            i = j + 1
+        return r
+    rx, ry = ranks(list(x)), ranks(list(y))
+    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
+    return cov / (sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry)) ** 0.5
+
+
+def test_spearman_matches_the_rank_definition_with_ties():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        x = rng.integers(0, 5, 12).astype(float)  # many ties
+        y = x * 0.5 + rng.normal(size=12)
+        assert A.spearman(x, y) == pytest.approx(_slow_spearman(x, y), abs=1e-12)
+
+
+def test_spearman_is_nan_for_constant_or_tiny_inputs_and_refuses_unequal_lengths():
+    assert np.isnan(A.spearman([1, 1, 1, 1], [1, 2, 3, 4]))
+    assert np.isnan(A.spearman([1, 2], [2, 1]))
+    with pytest.raises(ValueError, match="differ in length"):
+        A.spearman([1, 2, 3], [1, 2])
+
+
+def test_bootstrap_interval_agrees_with_scipy_percentile_bootstrap():
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=15)
+    y = -x + rng.normal(scale=1.0, size=15)
+    ours = A.bootstrap_spearman(x, y, n_boot=4000, seed=3)
+    ref = stats.bootstrap((x, y), lambda a, b: stats.spearmanr(a, b).statistic, paired=True, vectorized=False,
+                          n_resamples=4000, method="percentile", random_state=5).confidence_interval
+    assert ours["rho"] == pytest.approx(stats.spearmanr(x, y).statistic)
+    assert ours["low"] == pytest.approx(ref.low, abs=0.06) and ours["high"] == pytest.approx(ref.high, abs=0.06)
+    assert ours["low"] < ours["rho"] < ours["high"]
+    assert A.bootstrap_spearman(x, y, n_boot=200, seed=3) == A.bootstrap_spearman(x, y, n_boot=200, seed=3)
+
+
+def test_bootstrap_of_a_monotone_relation_is_one_and_skips_degenerate_draws():
+    x = np.arange(4.0)
+    res = A.bootstrap_spearman(x, 2 * x + 1, n_boot=500, seed=0)
+    assert res["rho"] == 1.0 and res["low"] == 1.0 and res["high"] == 1.0
+    assert res["n_degenerate"] > 0  # with n = 4 some draws repeat one point
+
+
+def test_bootstrap_refuses_bad_settings():
+    with pytest.raises(ValueError):
+        A.bootstrap_spearman([1, 2, 3], [1, 2, 3], n_boot=0)
+    with pytest.raises(ValueError):
+        A.bootstrap_spearman([1, 2, 3], [1, 2, 3], level=1.0)
+
+
+def test_healthy_excludes_noise_controls_and_collapsed_models_with_the_reason():
+    df = pd.DataFrame({"name": ["a", "b", "c", "d"], "kind": ["method", "method", "noise", "method"],
+                       "model_utility_before": [0.30, 0.10, 0.33, 0.17], "target_model_utility": [0.34] * 4})
+    ok, out = A.healthy(df, min_utility_fraction=0.5)
+    assert ok.name.tolist() == ["a", "d"]  # 0.17 = exactly half of 0.34 stays
+    assert dict(zip(out.name, out.reason)) == {"b": "Model Utility below 0.5 x target's", "c": "noise control"}
+    with pytest.raises(ValueError, match="target_model_utility"):
+        A.healthy(df.drop(columns="target_model_utility"))
+
+
+def test_predictor_table_reports_each_subset_and_predictor():
+    df = pd.DataFrame({"FRAG_x100": [5, 4, 3, 2, 1.0], "l2_all": [1, 2, 3, 5, 4.0], "delta_es": [0.1, 0.2, 0.3, 0.4, 0.5],
+                       "method": ["frp", "npo", "ga", "rmu", "sp"]})
+    t = A.predictor_table(df, {"all": df.method.ne(""), "without FRP": df.method.ne("frp")},
+                          predictors=("FRAG_x100", "l2_all"), n_boot=100)
+    got = {(r.subset, r.predictor): (r.n, r.rho) for r in t.itertuples()}
+    assert got[("all", "FRAG_x100")] == (5, pytest.approx(-1.0))
+    assert got[("all", "l2_all")] == (5, pytest.approx(0.9))
+    assert got[("without FRP", "FRAG_x100")][0] == 4
+
+
+def test_standardised_predictors_have_zero_mean_unit_spread():
+    df = pd.DataFrame({"FRAG_x100": [1.0, 2.0, 6.0], "l2_all": [3.0, 3.0, 3.0]})
+    z = A.standardised(df, ("FRAG_x100", "l2_all"))
+    assert z.FRAG_x100.mean() == pytest.approx(0) and z.FRAG_x100.std(ddof=0) == pytest.approx(1)
+    assert (z.l2_all == 0).all()  # a constant predictor has no spread to scale by
