@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 from pathlib import Path
 
@@ -32,7 +33,11 @@ CONFIG_FIELDS: dict[str, tuple[str, ...]] = {
     "world_facts": _OPTIONS,
     "real_authors_perturbed": _GENERAL_PERTURBED,
     "world_facts_perturbed": _GENERAL_PERTURBED,
+    # 4-option versions of the forget and retain questions (not in TOFU; see mc_from_perturbed)
+    **{f"forget{p}_mc": _OPTIONS for p in ("01", "05", "10")},
+    "retain_mc": _OPTIONS,
 }
+MC_SEED = 7  # orders the options of the derived multiple-choice items
 
 
 class DataError(ValueError):
@@ -45,6 +50,31 @@ def matching_retain(forget_split: str) -> str:
     if not m:
         raise DataError(f"'{forget_split}' is not a forget split; expected forget01, forget05 or forget10.")
     return f"retain{100 - int(m.group(1)):02d}"
+
+
+def mc_from_perturbed(records: list[dict], seed: int = MC_SEED) -> list[dict]:
+    """4-option items from TOFU ``_perturbed`` records, in the ``real_authors`` format.
+
+    The correct option is the paraphrased answer; the three distractors are the first three
+    perturbed answers, which are the paraphrase with its facts replaced by wrong ones of the same
+    kind. The order of the options is drawn from ``seed``.
+
+    Raises:
+        DataError: a record with fewer than three perturbed answers, or a distractor equal to
+            the answer.
+    """
+    rng = random.Random(seed)
+    out = []
+    for i, r in enumerate(records):
+        wrong = list(r["perturbed_answer"][:3])
+        if len(wrong) < 3 or r["paraphrased_answer"] in wrong or len(set(wrong)) < 3:
+            raise DataError(f"Record {i} cannot make a 4-option item: it needs three distinct perturbed "
+                            "answers, none equal to the paraphrased answer.")
+        options = [r["paraphrased_answer"], *wrong]
+        rng.shuffle(options)
+        out.append({"question": r["question"], "answer": r["paraphrased_answer"],
+                    **{f"option{k + 1}": o for k, o in enumerate(options)}})
+    return out
 
 
 def _check_config(config: str) -> None:
@@ -114,7 +144,12 @@ def load_split(source: str, config: str, limit: int | None = None) -> list[dict]
         DataError: unknown config, missing file, a record missing a field, an empty split.
     """
     _check_config(config)
-    if source == SYNTHETIC:
+    local = paths.SYNTHETIC_DIR if source == SYNTHETIC else Path(source).expanduser()
+    if config.endswith("_mc") and not (local / f"{config}.json").is_file():
+        # not a TOFU config: derived from the perturbed one wherever a source does not hold it
+        base = "retain_perturbed" if config == "retain_mc" else config.replace("_mc", "_perturbed")
+        records = mc_from_perturbed(load_split(source, base))
+    elif source == SYNTHETIC:
         records = _read_json_file(paths.SYNTHETIC_DIR / f"{config}.json", source, config)
     elif Path(source).expanduser().is_dir():
         records = _read_json_file(Path(source).expanduser() / f"{config}.json", source, config)
@@ -134,3 +169,58 @@ def load_utility_sets(source: str, limit: int | None = None) -> dict[str, list[d
     """The three sets Model Utility is computed on, each cut to ``limit`` records."""
     return {name: load_split(source, name, limit)
             for name in ("retain_perturbed", "real_authors_perturbed", "world_facts_perturbed")}
+
+
+# MUSE (Shi et al., 2024): subsets of muse-bench/MUSE-News (and MUSE-Books), their splits and fields.
+MUSE_NEWS = "muse-bench/MUSE-News"
+MUSE_SUBSETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "raw": (("forget", "retain1", "retain2", "holdout"), ("text",)),
+    "knowmem": (("forget_qa", "retain_qa", "forget_qa_icl", "retain_qa_icl"), ("question", "answer")),
+    "verbmem": (("forget",), ("prompt", "gt")),
+    "privleak": (("forget", "retain", "holdout"), ("text",)),
+}
+
+
+def load_muse(source: str = MUSE_NEWS, subset: str = "knowmem", split: str = "retain_qa",
+              limit: int | None = None) -> list[dict]:
+    """Load one split of a MUSE subset as a list of records.
+
+    Args:
+        source: a hub dataset id (``muse-bench/MUSE-News``) or a local directory holding
+            ``<subset>/<split>.json`` files (JSON lists in the hub's format).
+        subset: ``raw`` | ``knowmem`` | ``verbmem`` | ``privleak``.
+        split: a split of that subset, e.g. ``forget_qa``/``retain_qa`` for ``knowmem``.
+        limit: keep only the first ``limit`` records.
+    Raises:
+        DataError: unknown subset or split, missing file, a record missing a field, no network.
+    """
+    if subset not in MUSE_SUBSETS:
+        raise DataError(f"Unknown MUSE subset '{subset}'. Known subsets: {', '.join(MUSE_SUBSETS)}.")
+    splits, fields = MUSE_SUBSETS[subset]
+    if split not in splits:
+        raise DataError(f"MUSE subset '{subset}' has no split '{split}'; its splits are {', '.join(splits)}.")
+    where = f"MUSE '{source}' {subset}/{split}"
+    local = Path(source).expanduser()
+    if local.is_dir():
+        records = _read_json_file(local / subset / f"{split}.json", source, f"{subset}/{split}")
+    elif source.startswith((".", "/", "~")):
+        raise DataError(f"Data directory '{source}' does not exist.")
+    else:
+        try:
+            import datasets
+
+            records = [dict(r) for r in datasets.load_dataset(source, subset, split=split)]
+        except Exception as err:
+            raise DataError(f"Could not load {where} from the Hugging Face hub ({err.__class__.__name__}). "
+                            "Without network access, pass a local directory of <subset>/<split>.json files.") from None
+    if not records:
+        raise DataError(f"{where} is empty.")
+    for i, rec in enumerate(records):
+        missing = [f for f in fields if not isinstance(rec, dict) or f not in rec]
+        if missing:
+            raise DataError(f"Record {i} of {where} is missing field(s) {missing}; {subset} records need {list(fields)}.")
+    if limit is not None:
+        if limit < 1:
+            raise DataError(f"limit must be at least 1, got {limit}.")
+        records = records[:limit]
+    return records

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import paths
+from .data import mc_from_perturbed
 
 SEED = 20240601
 N_AUTHORS = 30  # authors in `full`
@@ -292,7 +293,7 @@ def generate(seed: int = SEED) -> dict[str, list[dict]]:
 
     Returns:
         ``{config_name: records}`` for ``full``, ``forgetXX``, ``retainXX``, ``holdoutXX``, their
-        ``_perturbed`` versions, ``real_authors(_perturbed)`` and ``world_facts(_perturbed)``.
+        ``_perturbed`` versions, 4-option ``forgetXX_mc`` and ``retain_mc``, ``real_authors(_perturbed)`` and ``world_facts(_perturbed)``.
     """
     rng = random.Random(seed)
     authors = _make_authors(rng, N_AUTHORS + N_HOLDOUT_AUTHORS)
@@ -318,6 +319,9 @@ def generate(seed: int = SEED) -> dict[str, list[dict]]:
         out[f"retain{100 - pct:02d}"] = plain(flat(full_authors[:N_AUTHORS - k]))
         out[f"holdout{pct:02d}"] = plain(flat(holdout_authors[:min(k, N_HOLDOUT_AUTHORS)]))
     out["retain_perturbed"] = perturbed(flat(full_authors[:N_RETAIN_PERTURBED_AUTHORS]))
+    # 4-option items for the multiple-choice path (their own seed: the files above do not change)
+    for name in [f"forget{pct:02d}" for pct in FORGET_PERCENTS] + ["retain"]:
+        out[f"{name}_mc"] = mc_from_perturbed(out[f"{name}_perturbed"])
     out["real_authors"], out["real_authors_perturbed"] = _option_sets(rng, REAL_AUTHORS)
     out["world_facts"], out["world_facts_perturbed"] = _option_sets(rng, WORLD_FACTS)
     out["authors"] = [{k: v for k, v in a.items()} for a in authors]  # profiles, for reference
