@@ -3,9 +3,11 @@
 * Every passed parameter name is checked against the notebook's ``parameters`` cell (papermill
   itself only warns on a typo), and every value against the declared type.
 * Output names are built from parameter values: ``papermill_runs/<notebook>/<run name>/``, the run
-  name being the ``profile`` parameter plus any overrides, e.g. ``smol`` or ``smol__lr=0.0001``.
+  name being the ``profile`` parameter plus any overrides, e.g. ``smol`` or ``smol__lr=0.0001``
+  (``smol.sweep__lr=0.0001`` for a run of ``05_unlearn.sweep.yaml``).
 * A run is complete when its executed notebook and ``results.json`` are both in place and the
-  record's parameters equal the requested ones; complete runs are skipped, anything else is
+  record's parameters equal the requested ones (a parameter the notebook gained later counts as
+  equal at its default); complete runs are skipped, anything else is
   (re)done. The executed notebook is written to a temporary file and renamed at the end.
 """
 from __future__ import annotations
@@ -139,9 +141,10 @@ def _fmt(value: Any) -> str:
     return format(value, "g") if isinstance(value, float) else str(value)
 
 
-def run_name(params: dict, overrides: dict) -> str:
-    """``<profile>`` plus ``__name=value`` for each override, sorted."""
-    base = str(params.get("profile", "custom"))
+def run_name(params: dict, overrides: dict, tag: str = "") -> str:
+    """``<profile>`` (``<profile>.<tag>`` for a suffixed parameter file) plus ``__name=value``
+    for each override, sorted."""
+    base = str(params.get("profile", "custom")) + (f".{tag}" if tag else "")
     extra = [f"{k}={_fmt(v)}" for k, v in sorted(overrides.items()) if k not in ("profile", "run_name")]
     return paths.safe_name("__".join([base, *extra]))
 
@@ -180,13 +183,17 @@ def plan_run(notebook: str, params_file: str | Path | None = None, overrides: di
     nb = resolve_notebook(notebook)
     overrides = dict(overrides or {})
     bases = load_params_file(params_file) if params_file else [{}]
+    # runs of a suffixed file (05_unlearn.sweep.yaml) carry the suffix in their names, so that two
+    # files naming their runs by the same varying keys never collide
+    parts = Path(params_file).name.split(".") if params_file else []
+    tag = ".".join(parts[1:-1]) if len(parts) > 2 and parts[0] == nb.stem else ""
     # in a list of runs, the keys whose values differ between runs go into the names
     varying = {k for k in set().union(*bases) if len({repr(b.get(k)) for b in bases}) > 1}
     specs = []
     defaults = {k: v["default"] for k, v in declared_parameters(nb).items()}
     for base in bases:
         params = {**defaults, **check_parameters(nb, {**base, **overrides})}
-        name = run_name(params, {k: v for k, v in params.items() if k in overrides or k in varying})
+        name = run_name(params, {k: v for k, v in params.items() if k in overrides or k in varying}, tag)
         params["run_name"] = name
         params = check_parameters(nb, params)
         specs.append(RunSpec(nb, params, name))

@@ -88,11 +88,10 @@ def test_grid_takes_suffixed_parameter_files_and_refuses_duplicate_names(tmp_pat
     monkeypatch.setattr(runs.paths, "PARAMS_DIR", tmp_path)
     specs = runs.grid("prof")
     assert [s.name for s in specs] == ["prof__data_source=a", "prof__data_source=b",
-                                       "prof__check_regeneration=True__data_source=c",
-                                       "prof__check_regeneration=False__data_source=a"]
-    # the same name for different parameters is refused
-    (folder / "01_data.more.yaml").write_text("- {profile: prof, data_source: c, check_regeneration: false}\n"
-                                             "- {profile: prof, data_source: b, check_regeneration: false}\n")
+                                       "prof.more__check_regeneration=True__data_source=c",
+                                       "prof.more__check_regeneration=False__data_source=a"]
+    # the same name for different parameters is refused (two values that make the same folder name)
+    (folder / "01_data.more.yaml").write_text("- {profile: prof, data_source: x/y}\n- {profile: prof, data_source: x--y}\n")
     with pytest.raises(RunError, match="defined twice with different parameters"):
         runs.grid("prof")
     (folder / "01_data.more.yaml").write_text("- {profile: prof, data_source: c}\n"
