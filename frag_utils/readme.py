@@ -18,6 +18,8 @@ BLOCKS = {
     "smol-sweep": "figures/smol/sweep.md",
     "smol-attacks": "figures/smol/attacks.md",
     "smol-attack-effectiveness": "figures/smol/attack_effectiveness.md",
+    "smol-predictors": "figures/smol/predictors.md",
+    "smol-multiple-choice": "figures/smol/multiple_choice.md",
     **{f"smol-variant-{v}": f"figures/smol/variant_{v}_delta_es.md"
        for v in ("lr", "optimizer", "data", "lora", "horizon")},
     "bench": "bench/results/summary.md",
