@@ -135,3 +135,15 @@ def write_table(df: Any, stem: str | Path, prov: dict, sort_by: list[str] | None
     }
     write_json(stem.with_suffix(".provenance.json"), {"files": [p.name for p in out.values()]}, prov)
     return out
+
+
+def write_figure(fig: Any, stem: str | Path, prov: dict) -> Path:
+    """Save a matplotlib figure as ``<stem>.png`` (atomically) with ``<stem>.provenance.json`` next to it."""
+    stem = Path(stem)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    png = stem.with_suffix(".png")
+    tmp = png.with_name(f".{png.name}.{os.getpid()}.tmp.png")
+    fig.savefig(tmp, dpi=120, bbox_inches="tight", metadata={"Software": None})
+    os.replace(tmp, png)
+    write_json(stem.with_suffix(".provenance.json"), {"files": [png.name]}, prov)
+    return png
