@@ -154,7 +154,8 @@ class _EpochEvaluation(TrainerCallback):
             was_training = model.training
             model.eval()
             start = time.time()
-            self.results[str(epoch)] = {**self.evaluate(model), "eval_seconds": time.time() - start}
+            with train.plain_forward(model):  # fp32, as the evaluation before the attack
+                self.results[str(epoch)] = {**self.evaluate(model), "eval_seconds": time.time() - start}
             model.train(was_training)
             atomic_write_text(self.file, json.dumps(self.results, sort_keys=True, default=str))
 
@@ -189,7 +190,7 @@ def _guard_work_dir(work_dir: Path, spec: dict, replace_other: bool) -> None:
 def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: AttackConfig,
             work_dir: str | Path, evaluate: Callable[[nn.Module], dict] | None = None,
             eval_epochs: Sequence[int] | None = None, model_id: str = "", callbacks: list | None = None,
-            replace_other: bool = False) -> tuple[nn.Module, dict]:
+            replace_other: bool = False, eval_key: dict | None = None) -> tuple[nn.Module, dict]:
     """Fine-tune ``model`` on ``records`` as an attacker would.
 
     Args:
@@ -202,6 +203,8 @@ def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: A
         callbacks: extra ``TrainerCallback``s.
         replace_other: a work folder left by another attack (other settings, data or model) is
             emptied instead of refused.
+        eval_key: what determines ``evaluate``'s results (its settings); part of the work folder's
+            guard, so evaluations kept from an interrupted run are reused only under the same settings.
     Returns:
         ``(model, summary)``: the attacked model (LoRA adapters merged into the weights) and
         ``train_seconds`` (including the evaluations; each evaluation's own ``eval_seconds`` is in it), ``global_steps``, ``steps_per_epoch``, ``logged_losses``, ``resumed_from``,
@@ -217,8 +220,8 @@ def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: A
     if outside:
         raise ValueError(f"eval_epochs {outside} lie outside the attack's epochs 1..{config.epochs}.")
     work_dir = Path(work_dir)
-    _guard_work_dir(work_dir, {"config": config.as_dict(), "data": records_digest(records), "model": model_id},
-                    replace_other)
+    _guard_work_dir(work_dir, {"config": config.as_dict(), "data": records_digest(records), "model": model_id,
+                               "evaluation": {**(eval_key or {}), "epochs": sorted(wanted)}}, replace_other)
     if config.lora_rank > 0:
         model = _with_lora(model, config)
     dataset = train.QADataset(tokenizer, records, config.chat, config.max_len)
@@ -231,9 +234,10 @@ def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: A
                                  optim_args=OPTIMIZERS[config.optimizer][1], save_steps=config.save_steps,
                                  callbacks=cbs)
     summary = train.run_trainer(trainer, work_dir)
-    model = trainer.model
+    model = train.strip_mixed_precision(trainer.model)
     if config.lora_rank > 0:
         model = model.merge_and_unload()
+        model.requires_grad_(True)  # peft froze the base weights
     model.eval()
     summary.update(n_examples=len(dataset), config=config.as_dict(),
                    steps_per_epoch=train.steps_per_epoch(len(dataset), config.train_config()),

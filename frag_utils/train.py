@@ -7,12 +7,13 @@ weights barely learn at these learning rates).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch.utils.data import Dataset
@@ -122,13 +123,43 @@ def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: TrainConf
     return trainer
 
 
+@contextlib.contextmanager
+def plain_forward(model: Any) -> Iterator[Any]:
+    """Run ``model`` without the mixed-precision wrapper training put on it.
+
+    With ``bf16=True``, accelerate replaces ``model.forward`` *on the model object itself* by an
+    autocast wrapper (keeping the original as ``model._original_forward``), and ``Trainer`` never
+    undoes it. An evaluation during or after training would then run in bf16 while one of a
+    freshly loaded model runs in fp32; inside this context the model runs its own forward.
+    """
+    wrapped, original = model.__dict__.get("forward"), model.__dict__.get("_original_forward")
+    if wrapped is not None and original is not None:
+        model.forward = original
+    try:
+        yield model
+    finally:
+        if wrapped is not None and original is not None:
+            model.forward = wrapped
+
+
+def strip_mixed_precision(model: Any) -> Any:
+    """Undo what training's ``accelerate.prepare`` left on ``model``: the autocast wrapper of
+    :func:`plain_forward`, and the "prepared" mark, without which a later ``Trainer`` with
+    ``bf16=True`` would skip preparing the model and silently train it in fp32."""
+    original = model.__dict__.pop("_original_forward", None)
+    if original is not None:
+        model.__dict__.pop("forward", None)  # the class's own forward again
+    model.__dict__.pop("_is_accelerate_prepared", None)
+    return model
+
+
 def run_trainer(trainer: Any, work_dir: str | Path) -> dict:
     """Train (resuming from the newest checkpoint in ``work_dir`` if any); returns a summary."""
     resume = _last_checkpoint(Path(work_dir))
     start = time.time()
     with quiet_transformers():
         out = trainer.train(resume_from_checkpoint=resume)
-    trainer.model.eval()
+    strip_mixed_precision(trainer.model).eval()  # whoever evaluates it next gets the fp32 forward
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     return {"train_seconds": time.time() - start, "resumed_from": resume, "global_steps": trainer.state.global_step,
             "final_train_loss": float(out.training_loss), "logged_losses": losses}

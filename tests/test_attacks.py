@@ -174,6 +174,9 @@ def test_work_folder_of_another_attack_is_refused(tokenizer, forget, unlearned, 
     with pytest.raises(ValueError, match="another attack"):
         A.relearn(copy.deepcopy(model).requires_grad_(True), tokenizer, records,
                   A.AttackConfig(data="forget", **{**FAST, "lr": 1e-3}), tmp_path)
+    with pytest.raises(ValueError, match="another attack"):  # same attack, other evaluation settings
+        A.relearn(copy.deepcopy(model).requires_grad_(True), tokenizer, records,
+                  A.AttackConfig(data="forget", **FAST), tmp_path, eval_key={"eval_limit": 3})
     (tmp_path / "checkpoint-2" / "marker").write_text("old state")
     _, summary = A.relearn(copy.deepcopy(model).requires_grad_(True), tokenizer, records,
                            A.AttackConfig(data="forget", **{**FAST, "lr": 1e-3}), tmp_path, replace_other=True)
@@ -244,3 +247,26 @@ def test_lora_targets_missing_from_the_model_are_named(tokenizer, forget, unlear
     with pytest.raises(ValueError, match=r"\['query'\] name no module"):
         A.relearn(copy.deepcopy(unlearned[1]), tokenizer, A._qa(forget),
                   A.AttackConfig(data="forget", lora_rank=4, lora_targets="q_proj,query", **FAST), tmp_path)
+
+
+def test_evaluations_during_and_after_a_bf16_attack_run_in_fp32(tokenizer, forget, unlearned, tmp_path):
+    """bf16 training wraps the model's forward in autocast on the object itself; the evaluation
+    after each epoch and the returned model must run the fp32 forward, as the evaluation of the
+    model before the attack (loaded fresh) does."""
+    _, model = unlearned  # trained before: training left it as a fresh model (strip_mixed_precision)
+    records = A._qa(forget)
+
+    def prob(m):
+        return {"p": metrics.probability(m, tokenizer, forget, batch_size=8)["value"],
+                "wrapped": "_original_forward" in m.__dict__}
+
+    attacked, summary = A.relearn(copy.deepcopy(model).requires_grad_(True), tokenizer, records,
+                                  A.AttackConfig(data="forget", **{**FAST, "bf16": True}), tmp_path, evaluate=prob)
+    assert summary["epochs"][1]["wrapped"]  # training did wrap it: the case this test is about
+    assert "_original_forward" not in attacked.__dict__ and "forward" not in attacked.__dict__
+    fresh = copy.deepcopy(attacked)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        p_bf16 = metrics.probability(fresh, tokenizer, forget, batch_size=8)["value"]
+    p_fp32 = metrics.probability(fresh, tokenizer, forget, batch_size=8)["value"]
+    assert p_bf16 != pytest.approx(p_fp32, abs=1e-7)  # bf16 would be visible at this tolerance
+    assert summary["epochs"][1]["p"] == pytest.approx(p_fp32, abs=1e-7)
