@@ -31,17 +31,22 @@ def bootstrap_spearman(x: Sequence[float], y: Sequence[float], n_boot: int = 200
                        seed: int = 0) -> dict:
     """Spearman's rho with a percentile bootstrap interval over resampled (x, y) pairs.
 
-    Resamples in which either side is constant have no rho and are left out; their number is
-    returned as ``n_degenerate``.
+    Pairs with a non-finite value are dropped first (``n_dropped``). Resamples in which either
+    side is constant have no rho and are left out; their number is returned as ``n_degenerate``.
 
     Returns:
-        ``{"rho", "low", "high", "n", "n_boot", "n_degenerate"}``.
+        ``{"rho", "low", "high", "n", "n_boot", "n_degenerate", "n_dropped"}``.
     Raises:
         ValueError: lengths differ, ``n_boot < 1`` or ``level`` outside (0, 1).
     """
     if n_boot < 1 or not 0 < level < 1:
         raise ValueError(f"n_boot must be >= 1 and level in (0, 1); got {n_boot}, {level}.")
     x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) != len(y):
+        raise ValueError(f"x and y differ in length ({len(x)} and {len(y)}).")
+    finite = np.isfinite(x) & np.isfinite(y)
+    n_dropped = int((~finite).sum())
+    x, y = x[finite], y[finite]  # rho and its interval describe the same pairs
     rho = spearman(x, y)
     rng = np.random.default_rng(seed)
     draws = []
@@ -53,7 +58,7 @@ def bootstrap_spearman(x: Sequence[float], y: Sequence[float], n_boot: int = 200
     tail = (1 - level) / 2
     low, high = (np.quantile(ok, [tail, 1 - tail]) if len(ok) else (np.nan, np.nan))
     return {"rho": rho, "low": float(low), "high": float(high), "n": len(x), "n_boot": n_boot,
-            "n_degenerate": int(len(draws) - len(ok))}
+            "n_degenerate": int(len(draws) - len(ok)), "n_dropped": n_dropped}
 
 
 def healthy(df: pd.DataFrame, min_utility_fraction: float = 0.5) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -86,7 +91,8 @@ def predictor_table(df: pd.DataFrame, subsets: dict[str, pd.Series] | None = Non
     Args:
         subsets: name -> boolean mask over ``df`` rows (default: ``{"all": every row}``).
     Returns:
-        One row per (subset, predictor): ``subset, predictor, n, rho, low, high``.
+        One row per (subset, predictor): ``subset, predictor, n, rho, low, high,
+        degenerate_resamples`` (resamples without a rho, left out of the interval).
     """
     subsets = subsets or {"all": pd.Series(True, index=df.index)}
     rows = []
@@ -95,7 +101,7 @@ def predictor_table(df: pd.DataFrame, subsets: dict[str, pd.Series] | None = Non
         for p in predictors:
             res = bootstrap_spearman(part[p], part[target], n_boot=n_boot, seed=seed)
             rows.append({"subset": name, "predictor": p, "n": res["n"], "rho": res["rho"], "low": res["low"],
-                         "high": res["high"]})
+                         "high": res["high"], "degenerate_resamples": res["n_degenerate"]})
     return pd.DataFrame(rows)
 
 

@@ -142,11 +142,23 @@ def attack_records(source: str, forget_split: str, which: str, seed: int = 42) -
 
 
 class _EpochEvaluation(TrainerCallback):
-    """Evaluates the model at the end of chosen epochs; results are kept in ``file`` (resumable)."""
+    """Evaluates the model at the end of chosen epochs; results are kept in ``file`` (resumable).
 
-    def __init__(self, evaluate: Callable[[nn.Module], dict], epochs: set[int], file: Path):
-        self.evaluate, self.epochs, self.file = evaluate, epochs, file
+    With saves every N steps, the save at an evaluated epoch's last step would come before the
+    evaluation (``on_step_end`` runs before ``on_epoch_end``): a run killed during the evaluation
+    would resume past the epoch and never evaluate it. That save is postponed until the
+    evaluation is written.
+    """
+
+    def __init__(self, evaluate: Callable[[nn.Module], dict], epochs: set[int], file: Path, steps_per_epoch: int):
+        self.evaluate, self.epochs, self.file, self.steps_per_epoch = evaluate, epochs, file, steps_per_epoch
         self.results: dict[str, dict] = json.loads(file.read_text()) if file.is_file() else {}
+
+    def on_step_end(self, args, state, control, **kwargs):
+        step = state.global_step
+        if step % self.steps_per_epoch == 0 and step // self.steps_per_epoch in self.epochs:
+            control.should_save = False  # saved after the evaluation, in on_epoch_end
+        return control
 
     def on_epoch_end(self, args, state, control, model=None, **kwargs):
         epoch = int(round(state.epoch or 0))
@@ -158,6 +170,8 @@ class _EpochEvaluation(TrainerCallback):
                 self.results[str(epoch)] = {**self.evaluate(model), "eval_seconds": time.time() - start}
             model.train(was_training)
             atomic_write_text(self.file, json.dumps(self.results, sort_keys=True, default=str))
+            control.should_save = True
+        return control
 
 
 def _with_lora(model: nn.Module, config: AttackConfig) -> nn.Module:
@@ -228,7 +242,8 @@ def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: A
     cbs = list(callbacks or [])
     epoch_eval = None
     if evaluate is not None and wanted:
-        epoch_eval = _EpochEvaluation(evaluate, wanted, work_dir / EPOCHS_FILE)
+        epoch_eval = _EpochEvaluation(evaluate, wanted, work_dir / EPOCHS_FILE,
+                                      train.steps_per_epoch(len(dataset), config.train_config()))
         cbs.append(epoch_eval)
     trainer = train.make_trainer(model, tokenizer, dataset, config.train_config(), work_dir,
                                  optim_args=OPTIMIZERS[config.optimizer][1], save_steps=config.save_steps,

@@ -134,7 +134,9 @@ def current_params(notebook: str, namespace: dict) -> dict:
         namespace: ``globals()`` of the notebook.
     """
     declared = declared_parameters(resolve_notebook(notebook))
-    return {k: namespace[k] for k in declared}
+    # a parameter missing from the namespace was added to the notebook file after this kernel
+    # started (the run executes the version it read); it is left out of the record
+    return {k: namespace[k] for k in declared if k in namespace}
 
 
 def _fmt(value: Any) -> str:

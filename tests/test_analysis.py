@@ -94,3 +94,12 @@ def test_standardised_predictors_have_zero_mean_unit_spread():
     z = A.standardised(df, ("FRAG_x100", "l2_all"))
     assert z.FRAG_x100.mean() == pytest.approx(0) and z.FRAG_x100.std(ddof=0) == pytest.approx(1)
     assert (z.l2_all == 0).all()  # a constant predictor has no spread to scale by
+
+
+def test_bootstrap_drops_non_finite_pairs_for_rho_and_interval_alike():
+    rng = np.random.default_rng(2)
+    x, y = rng.normal(size=12), rng.normal(size=12)
+    with_nan = A.bootstrap_spearman(np.append(x, np.nan), np.append(y, 0.3), n_boot=300, seed=1)
+    clean = A.bootstrap_spearman(x, y, n_boot=300, seed=1)
+    assert with_nan["n_dropped"] == 1 and with_nan["n"] == 12
+    assert (with_nan["rho"], with_nan["low"], with_nan["high"]) == (clean["rho"], clean["low"], clean["high"])

@@ -40,7 +40,10 @@ def test_attack_sets_hold_exactly_the_intended_records():
     assert len(sets["forget_retain"]) == len(forget) + len(retain)
     # paraphrased: one per forget record, none of the original wordings
     para = sets["paraphrased_forget"]
-    assert len(para) == len(forget)
+    assert para == [{"question": r["paraphrased_question"], "answer": r["paraphrased_answer"]}
+                    for r in data.load_split("synthetic", "forget10_perturbed")]
+    assert [r["question"] for r in data.load_split("synthetic", "forget10_perturbed")] == \
+        [r["question"] for r in forget]  # the paraphrases are of the forget records, in order
     assert not set(_questions(para)) & set(_questions(forget))
     assert {r["answer"] for r in para}.isdisjoint({r["answer"] for r in forget})
     # 50/50: all forget records plus as many distinct retain records
@@ -51,9 +54,10 @@ def test_attack_sets_hold_exactly_the_intended_records():
     assert set(_questions(drawn)) <= set(_questions(retain))
     assert A.attack_records("synthetic", "forget10", "mix50", seed=1) != mix  # the seed draws the half
     assert A.attack_records("synthetic", "forget10", "mix50") == mix  # and the same seed the same half
-    general = sets["forget_general"]
-    n_general = len(data.load_split("synthetic", "real_authors")) + len(data.load_split("synthetic", "world_facts"))
-    assert general[:len(forget)] == sets["forget"] and len(general) == len(forget) + n_general
+    general = [(r["question"], r["answer"]) for r in sets["forget_general"]]
+    expected = [(r["question"], r["answer"]) for name in ("forget10", "real_authors", "world_facts")
+                for r in data.load_split("synthetic", name)]
+    assert general == expected
 
 
 def test_attack_sets_follow_the_forget_split():
@@ -166,6 +170,25 @@ def test_interrupted_attack_resumes_from_its_last_saved_state(tokenizer, forget,
         assert torch.allclose(a, b, atol=1e-6), name
 
 
+def test_a_run_killed_while_evaluating_an_epoch_evaluates_it_on_resume(tokenizer, forget, unlearned, tmp_path):
+    """With saves every 2 steps and 4 steps per epoch, the state of step 4 must not be saved
+    before epoch 1 is evaluated, or the resumed run would skip that evaluation."""
+    _, model = unlearned
+    records = A.attack_records("synthetic", "forget10", "forget_retain")[:16]
+    cfg = A.AttackConfig(data="forget_retain", epochs=2, save_steps=2, **FAST)
+
+    def killed(m):
+        raise KeyboardInterrupt("killed during the evaluation")
+
+    with pytest.raises(KeyboardInterrupt):
+        A.relearn(copy.deepcopy(model).requires_grad_(True), tokenizer, records, cfg, tmp_path, evaluate=killed)
+    assert (tmp_path / "checkpoint-2").is_dir() and not (tmp_path / "checkpoint-4").exists()
+    _, summary = A.relearn(copy.deepcopy(model).requires_grad_(True), tokenizer, records, cfg, tmp_path,
+                           evaluate=lambda m: {"es": _es(m, tokenizer, forget)})
+    assert summary["resumed_from"].endswith("checkpoint-2") and sorted(summary["epochs"]) == [1, 2]
+    assert (tmp_path / "checkpoint-8").is_dir()  # the last state is saved after its evaluation
+
+
 def test_work_folder_of_another_attack_is_refused(tokenizer, forget, unlearned, tmp_path):
     _, model = unlearned
     records = A._qa(forget)
@@ -270,3 +293,11 @@ def test_evaluations_during_and_after_a_bf16_attack_run_in_fp32(tokenizer, forge
     p_fp32 = metrics.probability(fresh, tokenizer, forget, batch_size=8)["value"]
     assert p_bf16 != pytest.approx(p_fp32, abs=1e-7)  # bf16 would be visible at this tolerance
     assert summary["epochs"][1]["p"] == pytest.approx(p_fp32, abs=1e-7)
+
+
+@pytest.mark.parametrize("alpha, scaling", [(0.0, 2.0), (4.0, 1.0)])
+def test_lora_scaling_is_alpha_over_rank_with_alpha_defaulting_to_twice_the_rank(tokenizer, alpha, scaling):
+    model = A._with_lora(models.build_tiny_model(len(tokenizer), seed=0),
+                         A.AttackConfig(lora_rank=4, lora_alpha=alpha, lora_targets="q_proj", **FAST))
+    scales = [m.scaling["default"] for name, m in model.named_modules() if name.endswith("q_proj") and hasattr(m, "scaling")]
+    assert scales and all(s == scaling for s in scales)
