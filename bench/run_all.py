@@ -29,13 +29,34 @@ def summary() -> str:
                            ("rss_over_checkpoint", "`frag score` peak RSS / one checkpoint")):
             target = fc[f"target_{key}"]
             rows.append(f"| {label} | {fc[key]:.2f}x | <= {target}x | {'yes' if fc[key] <= target else 'no'} |")
+    fa = load("frag_vs_attack")
+    if fa:
+        rows.append(f"| one forget+retain attack / FRAG end to end | {fa['attack_over_frag']:.1f}x | >= 100x | "
+                    f"{'yes' if fa['attack_over_frag'] >= 100 else 'no'} |")
+    tt = load("train_throughput")
+    if tt:
+        rows.append(f"| bare PyTorch loop / attack loop, tokens per second | {tt['bare_over_trainer']:.2f}x | <= 1.2x | "
+                    f"{'yes' if tt['bare_over_trainer'] <= 1.2 else 'no'} |")
+    fp = load("frp_cost")
+    if fp:
+        rows.append(f"| FRP ranking and zeroing / its calibration passes | {fp['prune_over_calibration']:.3f}x | "
+                    "(reported) | - |")
+    sc = load("scaling")
+    if sc:
+        per_m = [r["seconds_per_million_params"] * 1e3 for r in sc["rows"]]
+        extra = [r["extra_rss_over_checkpoint"] for r in sc["rows"]]
+        sizes = ", ".join(f"{r['size']} {r['n_params'] / 1e6:.0f}M" for r in sc["rows"])
+        rows.append(f"| FRAG comparison time per million parameters ({sizes}) | "
+                    f"{' / '.join(f'{v:.1f}' for v in per_m)} ms | linear (flat per M) | - |")
+        rows.append(f"| FRAG comparison extra memory / checkpoint (same sizes) | "
+                    f"{' / '.join(f'{v:.2f}' for v in extra)}x | flat | - |")
     return "\n".join(rows) + "\n"
 
 
 if __name__ == "__main__":
     failed = []
     for script in sorted(here.glob("*.py")):
-        if script.name == "run_all.py":
+        if script.name == "run_all.py" or script.name.startswith("_"):
             continue
         print(f"== {script.name}", flush=True)
         if subprocess.run([sys.executable, str(script)]).returncode != 0:

@@ -1,0 +1,118 @@
+"""FRAG's weight comparison on models of growing size: time should grow linearly with the
+parameter count, and the memory beyond the original's weights should stay flat (the unlearned
+checkpoint is streamed tensor by tensor, never loaded whole).
+
+Sizes: the tiny test model, a mid-size random Llama, a random model of the embedded model's
+shape (SmolLM2-135M), and a random Llama of about 1B parameters (Llama-3.2-1B's shape), all built
+from configs (no download). For each, an original and a perturbed copy are saved once under the
+cache (about 10 GB for the 1B pair), calibration norms are random (the comparison's cost does
+not depend on them), and the comparison runs in a fresh process whose peak resident memory is
+read. Writes bench/results/scaling.json.
+    python bench/scaling.py [--sizes tiny,mid,smol,1b] [--repeats R] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import machine  # noqa: E402
+
+from frag_utils import frag, models, paths, records  # noqa: E402
+
+SHAPES = {  # hidden, layers, intermediate, heads, kv heads, vocab
+    "tiny": None,  # models.build_tiny_model
+    "mid": (256, 8, 1024, 4, 2, 49152),
+    "smol": (576, 30, 1536, 9, 3, 49152),
+    "1b": (2048, 16, 8192, 32, 8, 128256),
+}
+
+
+def build(name: str):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tok = models.load_tokenizer(models.SMOLLM2)
+    if SHAPES[name] is None:
+        return models.build_tiny_model(len(tok), seed=0), tok
+    hidden, layers, inter, heads, kv, vocab = SHAPES[name]
+    torch.manual_seed(0)
+    cfg = LlamaConfig(hidden_size=hidden, num_hidden_layers=layers, intermediate_size=inter, num_attention_heads=heads,
+                      num_key_value_heads=kv, vocab_size=vocab, tie_word_embeddings=True)
+    return LlamaForCausalLM(cfg), tok
+
+
+def pair(name: str) -> tuple[Path, Path]:
+    root = paths.cache_dir() / "bench" / "scaling" / name
+    original, unlearned = root / "original", root / "unlearned"
+    if not (models.is_checkpoint(original) and models.is_checkpoint(unlearned)):
+        model, tok = build(name)
+        models.save_checkpoint(model, tok, original)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(torch.randn_like(p) * 1e-3)
+        models.save_checkpoint(model, tok, unlearned)
+        del model
+    return original, unlearned
+
+
+CHILD = r"""
+import json, resource, sys, time, torch
+from frag_utils import calibration, frag, models
+original, unlearned, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
+model, _ = models.load_model(original)
+w0 = frag.state_dict_of(model)
+n_params = sum(p.numel() for p in model.parameters())
+modules = calibration.select_modules(model, "all")
+g = torch.Generator().manual_seed(0)
+xf = {n: torch.rand(m.in_features, generator=g) + 0.1 for n, m in modules.items()}
+xr = {n: torch.rand(m.in_features, generator=g) + 0.1 for n, m in modules.items()}
+rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+times = []
+for _ in range(repeats):
+    t = time.perf_counter()
+    frag.compute_frag(w0, frag.SafetensorsCheckpoint(unlearned), xf, xr)
+    times.append(time.perf_counter() - t)
+rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"n_params": n_params, "seconds": times, "rss_after_load": rss_loaded, "rss_peak": rss_peak}))
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", default="tiny,mid,smol,1b")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    sizes = ["tiny", "mid"] if args.quick else args.sizes.split(",")
+    unknown = sorted(set(sizes) - set(SHAPES))
+    if unknown:
+        sys.exit(f"Unknown size(s) {unknown}; choose from {sorted(SHAPES)}.")
+    rows = []
+    for name in sizes:
+        original, unlearned = pair(name)
+        out = subprocess.run([sys.executable, "-c", CHILD, str(original), str(unlearned), str(args.repeats)],
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            sys.exit(out.stderr[-2000:])
+        r = json.loads(out.stdout.strip().splitlines()[-1])
+        ckpt = frag.SafetensorsCheckpoint(unlearned).size_bytes()
+        rows.append({"size": name, "n_params": r["n_params"], "checkpoint_bytes": ckpt,
+                     "compare_seconds_min": min(r["seconds"]), "compare_seconds_median": sorted(r["seconds"])[len(r["seconds"]) // 2],
+                     "seconds_per_million_params": min(r["seconds"]) / r["n_params"] * 1e6,
+                     "rss_after_load": r["rss_after_load"], "rss_peak": r["rss_peak"],
+                     "extra_rss_over_checkpoint": (r["rss_peak"] - r["rss_after_load"]) / ckpt})
+        print(f"{name:5} {r['n_params'] / 1e6:8.1f} M params  compare {rows[-1]['compare_seconds_min']:7.2f} s  "
+              f"{rows[-1]['seconds_per_million_params'] * 1e3:6.2f} ms/M  extra memory "
+              f"{rows[-1]['extra_rss_over_checkpoint']:.2f}x checkpoint", flush=True)
+    result = {"rows": rows, "quick": args.quick, "machine": machine()}
+    out = (paths.cache_dir() / "bench" if args.quick else paths.BENCH_RESULTS_DIR) / "scaling.json"  # quick runs stay out of git
+    records.write_json(out, result, records.provenance("bench/scaling.py", vars(args)))
+
+
+if __name__ == "__main__":
+    main()
