@@ -173,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--beta", type=_number, default=0.05, help="frp: weight of the retain rank (paper: 0.05)")
     pr.add_argument("--lam", type=_number, default=DEFAULT_LAM,
                     help="frp: weight of the |W| rank (default 0: |W| already enters F and R)")
-    pr.add_argument("--variant", default=None, choices=["paper", "released", "down_in", "up"],
+    pr.add_argument("--variant", default=None, choices=["paper", "released", "magnitude", "magnitude_xf", "magnitude_ratio", "down_in", "up"],
                     help="frp: paper (Eq. 6, default) or released (the authors' code); "
                          "sp: down_in (down_proj input, default) or up (up_proj output)")
     pr.add_argument("--veto", type=_veto_fraction, default=0.05,

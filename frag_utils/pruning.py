@@ -43,6 +43,9 @@ from .frag import EPS, importance
 
 DEFAULT_LAM = 0.0  # the paper leaves lambda open; see the module docstring for why 0
 FRP_VARIANTS = ("paper", "released")
+# The scoring rules of the paper's FRP ablation (appendix B.3), each pruning the per-row top of
+# its score: |W| only (magnitude pruning), |W| x^f, and |W| x^f / x^r (= F alone, no retain term).
+FRP_ABLATION_RULES = ("magnitude", "magnitude_xf", "magnitude_ratio")
 SP_VARIANTS = ("down_in", "up")
 DEFAULT_SPARSITY = {"frp": 0.03, "sp": 0.05}  # paper: 3 % of each row; SP baseline: 5 % of neurons
 
@@ -76,7 +79,13 @@ def frp_scores(w: torch.Tensor, xf: torch.Tensor, xr: torch.Tensor, beta: float,
     if variant == "released":
         ratio = (xf / (xr + eps))[None, :].expand_as(w)
         return row_ranks(ratio).double() + lam * row_ranks(w.abs()).double(), r
-    raise PruningError(f"Unknown FRP variant {variant!r}; choose 'paper' or 'released'.")
+    if variant == "magnitude":
+        return w.abs(), None
+    if variant == "magnitude_xf":
+        return w.abs() * xf[None, :], None
+    if variant == "magnitude_ratio":
+        return f, None
+    raise PruningError(f"Unknown FRP variant {variant!r}; choose one of {FRP_VARIANTS + FRP_ABLATION_RULES}.")
 
 
 def top_k_mask(scores: torch.Tensor, k: int, blocked: torch.Tensor | None = None) -> torch.Tensor:
@@ -104,7 +113,8 @@ def frp_prune(modules: dict[str, nn.Linear], xf: dict[str, torch.Tensor], xr: di
         modules: the Linear modules to prune, by name (weights ``[d_out, d_in]``).
         xf, xr: forget and retain calibration norms by module name, each ``[d_in]``.
         rho: fraction of each row zeroed; beta: retain-rank weight; lam: magnitude-rank weight.
-        variant: ``paper`` (Eq. 6) or ``released`` (channel ratio + retain veto).
+        variant: ``paper`` (Eq. 6), ``released`` (channel ratio + retain veto), or one of the
+            ablation's scoring rules :data:`FRP_ABLATION_RULES` (``beta``, ``lam`` unused).
         veto: for ``released``, the per-row fraction by ``|W| x^r / x^f`` never pruned.
     Returns:
         Per module, measured on the weights after pruning: entries zeroed per row (equal in every
@@ -117,8 +127,8 @@ def frp_prune(modules: dict[str, nn.Linear], xf: dict[str, torch.Tensor], xr: di
         raise PruningError(f"rho must be in (0, 1), got {rho}")
     if not 0 <= veto < 1:
         raise PruningError(f"veto must be in [0, 1), got {veto}")
-    if variant not in FRP_VARIANTS:
-        raise PruningError(f"Unknown FRP variant {variant!r}; choose 'paper' or 'released'.")
+    if variant not in FRP_VARIANTS + FRP_ABLATION_RULES:
+        raise PruningError(f"Unknown FRP variant {variant!r}; choose one of {FRP_VARIANTS + FRP_ABLATION_RULES}.")
     missing = sorted(set(modules) - (set(xf) & set(xr)))
     if missing:
         raise PruningError(f"No calibration norms for module(s) {missing[:3]}: calibrate the same modules.")
@@ -419,7 +429,7 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
     start = time.time()
     if method not in DEFAULT_SPARSITY:
         raise PruningError(f"Unknown pruning method {method!r}; choose 'frp' or 'sp'.")
-    allowed = FRP_VARIANTS if method == "frp" else SP_VARIANTS
+    allowed = FRP_VARIANTS + FRP_ABLATION_RULES if method == "frp" else SP_VARIANTS
     variant = variant or allowed[0]
     if variant not in allowed:
         raise PruningError(f"Variant {variant!r} does not belong to method '{method}'; choose one of {list(allowed)}.")

@@ -42,6 +42,18 @@ def test_frp_zeroes_exactly_the_top_of_s_in_each_row():
         assert torch.equal(m.weight[i, [j for j in range(20) if j not in top]], w[i, [j for j in range(20) if j not in top]])
 
 
+@pytest.mark.parametrize("rule", pruning.FRP_ABLATION_RULES)
+def test_ablation_rules_zero_the_top_of_their_own_score(rule):
+    m, xf, xr = _layer(seed=4)
+    w = m.weight.detach().clone()
+    pruning.frp_prune({"l": m}, {"l": xf}, {"l": xr}, rho=0.2, variant=rule)
+    score = {"magnitude": w.abs(), "magnitude_xf": w.abs() * xf,
+             "magnitude_ratio": w.abs() * xf / (xr + 1e-6)}[rule]  # written out: |W|, |W| x_f, F
+    for i in range(w.shape[0]):
+        top = set(sorted(range(20), key=lambda j: -float(score[i, j]))[:4])
+        assert {j for j in range(20) if m.weight[i, j] == 0} == top, (rule, i)
+
+
 def test_released_variant_never_prunes_vetoed_entries():
     m, xf, xr = _layer(seed=1)
     with torch.no_grad():  # the most forget-leaning channel gets huge weights: top ratio, yet vetoed
