@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from . import paths
-from .prompts import PLAIN_TEMPLATE, batches, collate, encode_qa
+from .prompts import IGNORE, PLAIN_TEMPLATE, batches, collate, encode_qa
 
 PROJECTIONS = {
     "attn": ("q_proj", "k_proj", "v_proj", "o_proj"),
@@ -214,3 +214,69 @@ def calibrate(model: nn.Module, tokenizer: Any, model_id: str, data_source: str,
     save_file({k: v.contiguous() for k, v in norms.items()}, str(tmp), metadata={"key": json.dumps(key)})
     tmp.replace(file)
     return norms, False
+
+
+def gradient_stats(model: nn.Module, tokenizer: Any, records: Sequence[dict], modules: dict[str, nn.Linear],
+                   config: CalibConfig, ig_steps: int = 0) -> dict[str, dict[str, torch.Tensor]]:
+    """Gradient statistics of the language-model loss on calibration text, per scored module.
+
+    For the importance terms the FRAG ablation swaps in (appendix C.5). Over the batches of the
+    calibration text (the same records and encoding as :func:`activation_norms`), the gradient
+    ``g`` of the mean token NLL with respect to each module's weight:
+
+    * ``g2``: the mean of ``g ** 2`` over batches (a batch-level empirical Fisher diagonal);
+    * ``g``: the mean of ``g``;
+    * ``ig`` (when ``ig_steps > 0``): the mean gradient along the straight path from zero to the
+      weights of the scored modules, ``(1/m) sum_k g(alpha_k W)`` with ``alpha_k = k/m``, the
+      path average that integrated gradients multiply by ``W``.
+
+    The model is left as it was (weights, gradients, train/eval mode).
+
+    Returns:
+        ``{module: {"g2": [d_out, d_in], "g": ..., "ig": ...}}`` (float64).
+    """
+    if ig_steps < 0:
+        raise CalibrationError(f"ig_steps must be >= 0, got {ig_steps}.")
+    encoded = encode_calibration(tokenizer, select_records(records, config), config)
+    device = next(model.parameters()).device
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    was_training = model.training
+    model.eval()
+    weights = {name: m.weight for name, m in modules.items()}
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for w in weights.values():
+        w.requires_grad_(True)
+    acc = {name: {"g2": torch.zeros(w.shape, dtype=torch.float64), "g": torch.zeros(w.shape, dtype=torch.float64)}
+           for name, w in weights.items()}
+    if ig_steps:
+        for a in acc.values():
+            a["ig"] = torch.zeros_like(a["g"])
+    originals = {name: w.detach().clone() for name, w in weights.items()}
+    n_batches = 0
+    try:
+        chunks = [collate(c, tokenizer.pad_token_id, side="right") for c in batches(encoded, config.batch_size)]
+        for batch in chunks:
+            batch = {k: v.to(device) for k, v in batch.items()}
+            labels = batch["input_ids"].masked_fill(batch["attention_mask"] == 0, IGNORE)
+            grads = torch.autograd.grad(model(**batch, labels=labels).loss, list(weights.values()))
+            for (name, _), g in zip(weights.items(), grads):
+                g = g.detach().double().cpu()
+                acc[name]["g"] += g
+                acc[name]["g2"] += g.pow(2)
+            for k in range(1, ig_steps + 1):  # the path from 0 to W, scored modules scaled together
+                with torch.no_grad():
+                    for name, w in weights.items():
+                        w.copy_(originals[name] * (k / ig_steps))
+                grads = torch.autograd.grad(model(**batch, labels=labels).loss, list(weights.values()))
+                for (name, _), g in zip(weights.items(), grads):
+                    acc[name]["ig"] += g.detach().double().cpu() / ig_steps
+            n_batches += 1
+    finally:
+        with torch.no_grad():
+            for name, w in weights.items():
+                w.copy_(originals[name])
+        for n, p in model.named_parameters():
+            p.requires_grad_(flags[n])
+        model.train(was_training)
+    return {name: {k: v / n_batches for k, v in a.items()} for name, a in acc.items()}

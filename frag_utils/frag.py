@@ -122,13 +122,37 @@ def importance(w0: torch.Tensor, xf: torch.Tensor, xr: torch.Tensor, eps: float 
     return a * (xf / (xr + eps))[None, :], a * (xr / (xf + eps))[None, :]
 
 
+IMPORTANCE_KINDS = ("activation", "fisher", "ig", "obd")
+
+
+def gradient_importance(kind: str, w0: torch.Tensor, forget: dict, retain: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Forget and retain importance of one layer from gradient statistics (the FRAG ablation's
+    swaps, appendix C.5), ``forget``/``retain`` being :func:`calibration.gradient_stats` entries:
+
+    * ``fisher``: ``g^2`` (empirical Fisher diagonal);
+    * ``ig``: ``|W * g_path|``, integrated gradients with the path-averaged gradient;
+    * ``obd``: ``H_jj W^2`` with the Fisher diagonal standing in for the Hessian's (Optimal Brain
+      Damage's saliency).
+    """
+    w = w0.double()
+    if kind == "fisher":
+        return forget["g2"], retain["g2"]
+    if kind == "ig":
+        if "ig" not in forget or "ig" not in retain:
+            raise FragError("Integrated-gradient importance needs gradient statistics made with ig_steps > 0.")
+        return (w * forget["ig"]).abs(), (w * retain["ig"]).abs()
+    if kind == "obd":
+        return forget["g2"] * w.pow(2), retain["g2"] * w.pow(2)
+    raise FragError(f"Unknown importance {kind!r}; choose one of {IMPORTANCE_KINDS}.")
+
+
 def _module_type(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
 def compute_frag(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckpoint | dict[str, torch.Tensor],
-                 xf: dict[str, torch.Tensor], xr: dict[str, torch.Tensor], gamma: float = 1.0,
-                 eps: float = EPS) -> FragResult:
+                 xf: dict[str, Any], xr: dict[str, Any], gamma: float = 1.0,
+                 eps: float = EPS, importance_kind: str = "activation") -> FragResult:
     """FRAG of an update, streaming over layers.
 
     Args:
@@ -136,6 +160,9 @@ def compute_frag(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckp
         unlearned: the unlearned weights, as a lazy checkpoint or a state dict.
         xf, xr: calibration norms by module name (the scored modules).
         gamma: weight of the retain cosine (1 in Eq. 5; 0 reproduces the printed Table 3).
+        importance_kind: ``activation`` (the paper's F and R, from norms ``[d_in]``), or one of
+            the ablation's gradient importances (``fisher``, ``ig``, ``obd``), with ``xf``/``xr``
+            the forget/retain :func:`calibration.gradient_stats` by module.
     Raises:
         FragError: shapes or architectures differ, a module is missing, NaN/inf weights, an empty
             calibration, or identical checkpoints (D = 0, FRAG undefined).
@@ -158,13 +185,20 @@ def compute_frag(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckp
         if w0.shape != wu.shape:
             raise FragError(f"'{key}' has shape {tuple(w0.shape)} in the original and {tuple(wu.shape)} in "
                             "the unlearned checkpoint: different architectures cannot be compared.")
-        if xf[name].numel() != w0.shape[1] or xr[name].numel() != w0.shape[1]:
-            raise FragError(f"Calibration norms of '{name}' do not match its input width {w0.shape[1]}.")
         _check_finite(w0, f"The original '{key}'")
         _check_finite(wu, f"The unlearned '{key}'")
-        _check_finite(xf[name], f"The forget calibration norm of '{name}'")
-        _check_finite(xr[name], f"The retain calibration norm of '{name}'")
-        f, r = importance(w0.double(), xf[name].double().cpu(), xr[name].double().cpu(), eps)
+        if importance_kind == "activation":
+            if xf[name].numel() != w0.shape[1] or xr[name].numel() != w0.shape[1]:
+                raise FragError(f"Calibration norms of '{name}' do not match its input width {w0.shape[1]}.")
+            _check_finite(xf[name], f"The forget calibration norm of '{name}'")
+            _check_finite(xr[name], f"The retain calibration norm of '{name}'")
+            f, r = importance(w0.double(), xf[name].double().cpu(), xr[name].double().cpu(), eps)
+        else:
+            f, r = gradient_importance(importance_kind, w0, xf[name], xr[name])
+            if f.shape != w0.shape or r.shape != w0.shape:
+                raise FragError(f"Gradient statistics of '{name}' do not match its weight {tuple(w0.shape)}.")
+            _check_finite(f, f"The forget importance of '{name}'")
+            _check_finite(r, f"The retain importance of '{name}'")
         # the original is rounded to the checkpoint's dtype first (a bf16 checkpoint of an fp32
         # model would otherwise show rounding noise on every weight as an update)
         d = (wu.double() - w0.to(wu.dtype).double()).pow(2)
