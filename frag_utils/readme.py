@@ -20,6 +20,10 @@ BLOCKS = {
     "smol-attack-effectiveness": "figures/smol/attack_effectiveness.md",
     "smol-predictors": "figures/smol/predictors.md",
     "smol-multiple-choice": "figures/smol/multiple_choice.md",
+    "smol-forgetting-strength": "figures/smol/forgetting_strength.md",
+    "smol-matched-utility": "figures/smol/matched_utility.md",
+    "smol-matched-sparsity": "figures/smol/matched_sparsity.md",
+    "smol-ablation": "figures/smol/ablation_importance.md",
     **{f"smol-variant-{v}": f"figures/smol/variant_{v}_delta_es.md"
        for v in ("lr", "optimizer", "data", "lora", "horizon")},
     "bench": "bench/results/summary.md",
