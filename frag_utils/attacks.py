@@ -234,7 +234,8 @@ def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: A
     if outside:
         raise ValueError(f"eval_epochs {outside} lie outside the attack's epochs 1..{config.epochs}.")
     work_dir = Path(work_dir)
-    _guard_work_dir(work_dir, {"config": config.as_dict(), "data": records_digest(records), "model": model_id,
+    trained = {k: v for k, v in config.as_dict().items() if k != "save_steps"}  # how often state is saved changes nothing
+    _guard_work_dir(work_dir, {"config": trained, "data": records_digest(records), "model": model_id,
                                "evaluation": {**(eval_key or {}), "epochs": sorted(wanted)}}, replace_other)
     if config.lora_rank > 0:
         model = _with_lora(model, config)
