@@ -12,24 +12,18 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import torch
 
-from frag_utils import calibration, data, frag, models, paths, pruning, records
-from frag_utils.prompts import batches, collate
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import timed  # noqa: E402
 
-
-def timed(fn, repeats):
-    out, times = None, []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return out, {"min": min(times), "median": statistics.median(times)}
+from frag_utils import calibration, data, frag, models, paths, pruning, records  # noqa: E402
+from frag_utils.prompts import batches, collate  # noqa: E402
 
 
 def main() -> None:

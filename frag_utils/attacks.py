@@ -250,7 +250,7 @@ def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: A
                                  optim_args=OPTIMIZERS[config.optimizer][1], save_steps=config.save_steps,
                                  callbacks=cbs)
     summary = train.run_trainer(trainer, work_dir)
-    model = train.strip_mixed_precision(trainer.model)
+    model = trainer.model  # run_trainer has removed training's mixed-precision wrapper
     if config.lora_rank > 0:
         model = model.merge_and_unload()
         model.requires_grad_(True)  # peft froze the base weights

@@ -10,6 +10,17 @@ import torch  # noqa: E402
 from frag_utils import data, models, train  # noqa: E402
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One torch thread for a module (``pytestmark = pytest.mark.usefixtures("one_thread")``): the
+    tiny model's matrices are too small to split, and on a busy 2-core machine two threads wait
+    on each other at every operation (about 50x slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     return models.load_tokenizer(models.SMOLLM2)

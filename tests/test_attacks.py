@@ -13,13 +13,7 @@ from frag_utils import unlearn as U
 FAST = dict(lr=5e-3, batch_size=4, grad_accum=1, warmup_epochs=0.0, bf16=False, seed=0)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One torch thread: the tiny model's matrices are too small to split (see test_unlearn)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.one_thread
 
 
 def _questions(records):

@@ -11,12 +11,7 @@ from frag_utils.frag import FragError
 from frag_utils.prompts import IGNORE, batches, collate
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.one_thread
 
 
 @pytest.fixture(scope="module")

@@ -6,12 +6,7 @@ import torch
 from frag_utils import data, landscape, models
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.one_thread
 
 
 def test_alphas_and_barrier_by_hand():

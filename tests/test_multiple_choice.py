@@ -15,12 +15,7 @@ from frag_utils.data import DataError
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.one_thread
 
 
 # ---- the items -------------------------------------------------------------------------------

@@ -15,14 +15,7 @@ FAST = dict(epochs=2, lr=2e-3, batch_size=4, grad_accum=1, warmup_epochs=0, bf16
 PAD = 2  # SmolLM2's pad token (checked in the fixture)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """One torch thread here: the tiny model's matrices are too small to split, and on a busy
-    2-core machine two threads wait on each other at every operation (about 50x slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.one_thread
 
 
 @pytest.fixture(scope="module")
