@@ -308,7 +308,49 @@ def sp_select(scores: dict[str, torch.Tensor], fraction: float) -> dict[str, lis
     if k < 1:
         raise PruningError(f"fraction {fraction} of {flat.numel()} neurons removes none; use at least "
                            f"{1 / flat.numel():.2g}.")
-    top = flat.argsort(descending=True, stable=True)[:k]
+    return _chosen_from(flat.argsort(descending=True, stable=True)[:k], scores)
+
+
+def neuron_sq_norms(blocks: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
+    """What removing each neuron adds to ``||W_u - W_0||^2``: the squared norms of its
+    ``gate_proj``/``up_proj`` rows (and biases) and its ``down_proj`` column, ``[d_ff]`` per MLP (float64)."""
+    out = {}
+    for name, b in blocks.items():
+        sq = b.down_proj.weight.detach().double().pow(2).sum(dim=0)
+        for proj in (b.gate_proj, b.up_proj):
+            sq = sq + proj.weight.detach().double().pow(2).sum(dim=1)
+            if proj.bias is not None:
+                sq = sq + proj.bias.detach().double().pow(2)
+        out[name] = sq.cpu()
+    return out
+
+
+def sp_select_l2(scores: dict[str, torch.Tensor], sq_norms: dict[str, torch.Tensor], target_l2: float
+                 ) -> dict[str, list[int]]:
+    """Selective Pruning at a given update norm: neurons in the order of :func:`sp_select` (score,
+    then earlier MLP, then lower index), as many as bring ``||W_u - W_0||`` (the root of the summed
+    :func:`neuron_sq_norms`) closest to ``target_l2``; at least one.
+
+    For the matched-update-norm control, which compares FRP and SP at the same ``||ΔW||``.
+    """
+    if not (math.isfinite(target_l2) and target_l2 > 0):
+        raise PruningError(f"target_l2 must be a positive number, got {target_l2}")
+    if set(scores) != set(sq_norms):
+        raise PruningError("Scores and neuron norms must cover the same MLPs.")
+    names = list(scores)
+    flat = torch.cat([scores[n].double().cpu() for n in names])
+    order = flat.argsort(descending=True, stable=True)
+    l2 = torch.cat([sq_norms[n].double().cpu() for n in names])[order].cumsum(0).sqrt()
+    if target_l2 >= float(l2[-1]):
+        raise PruningError(f"Removing every MLP neuron gives ||ΔW|| {float(l2[-1]):.4g}, below the target "
+                           f"{target_l2:.4g}: Selective Pruning cannot reach it on this model.")
+    k = int((l2 - target_l2).abs().argmin()) + 1
+    return _chosen_from(order[:k], scores)
+
+
+def _chosen_from(top: torch.Tensor, scores: dict[str, torch.Tensor]) -> dict[str, list[int]]:
+    """Flat neuron indices (over MLPs in ``scores`` order) -> sorted indices per MLP."""
+    names = list(scores)
     chosen: dict[str, list[int]] = {n: [] for n in names}
     bounds = torch.tensor([scores[n].numel() for n in names]).cumsum(0)
     for i in sorted(top.tolist()):
@@ -361,7 +403,7 @@ def remove_neurons(blocks: dict[str, nn.Module], chosen: dict[str, list[int]]) -
 
 def selective_prune(model: nn.Module, tokenizer: Any, forget: Sequence[dict], retain: Sequence[dict],
                     fraction: float = 0.05, variant: str = "down_in", config: Any = None,
-                    eps: float = EPS) -> dict:
+                    eps: float = EPS, target_l2: float | None = None) -> dict:
     """Selective Pruning in place: score neurons on forget over retain text, remove the global top fraction.
 
     Args:
@@ -370,8 +412,11 @@ def selective_prune(model: nn.Module, tokenizer: Any, forget: Sequence[dict], re
         variant: ``down_in`` (score the input of ``down_proj``, default) or ``up`` (the output of
             ``up_proj``, the paper's released baseline).
         config: a :class:`frag_utils.calibration.CalibConfig` for the text (default: its defaults).
+        target_l2: instead of ``fraction``, remove as many top-scored neurons as bring the update's
+            ``||W_u - W_0||`` closest to this value (:func:`sp_select_l2`; the matched-update-norm control).
     Returns:
-        The record: settings, neurons in total and removed, the removed indices per MLP.
+        The record: settings, neurons in total and removed, the removed indices per MLP, and the
+        update norm ``l2`` the removal adds.
     Raises:
         PruningError: no gated MLP, fraction outside (0, 1), empty data, an unknown variant.
     """
@@ -388,11 +433,17 @@ def selective_prune(model: nn.Module, tokenizer: Any, forget: Sequence[dict], re
     blocks = mlp_blocks(model)
     scores = sp_scores(neuron_activations(model, tokenizer, forget, config, variant),
                        neuron_activations(model, tokenizer, retain, config, variant), eps)
-    chosen = sp_select(scores, fraction)
+    sq_norms = neuron_sq_norms(blocks)
+    chosen = sp_select(scores, fraction) if target_l2 is None else sp_select_l2(scores, sq_norms, target_l2)
     removed = remove_neurons(blocks, chosen)
     n_total = sum(s.numel() for s in scores.values())
+    requested = sum(len(v) for v in chosen.values())
+    if target_l2 is not None:
+        fraction = requested / n_total
+    l2 = math.sqrt(sum(float(sq_norms[k][v].sum()) for k, v in removed.items() if v))
     return {"method": "sp", "variant": variant, "fraction": fraction, "eps": eps, "n_neurons": n_total,
-            "n_removed": sum(len(v) for v in removed.values()), "requested": math.floor(fraction * n_total),
+            "n_removed": sum(len(v) for v in removed.values()), "requested": requested,
+            "target_l2": target_l2, "l2": l2,
             "removed_per_mlp": {k: len(v) for k, v in removed.items()}, "removed": removed,
             "n_forget_used": len(select_records(forget, config)), "n_retain_used": len(select_records(retain, config))}
 
@@ -404,7 +455,8 @@ def selective_prune(model: nn.Module, tokenizer: Any, forget: Sequence[dict], re
 def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthetic", forget_split: str = "forget10",
                      retain_split: str | None = None, method: str = "frp", sparsity: float | None = None,
                      beta: float = 0.05, lam: float = DEFAULT_LAM, variant: str | None = None, veto: float = 0.05,
-                     scope: str = "mlp", calib: Any = None, device: str = "cpu", use_cache: bool = True) -> dict:
+                     scope: str = "mlp", calib: Any = None, device: str = "cpu", use_cache: bool = True,
+                     target_l2: float | None = None) -> dict:
     """Load a model, calibrate on forget/retain text, prune with FRP or SP, check, and save.
 
     Args:
@@ -418,6 +470,8 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
         variant: FRP ``paper`` (default) | ``released``; SP ``down_in`` (default) | ``up``.
         calib: a :class:`frag_utils.calibration.CalibConfig` (default: 400 sequences of 256 tokens,
             the paper's setting); fewer records than ``n`` means all are used, and the record says how many.
+        target_l2: SP only: remove neurons until the update norm is closest to this value
+            (``sparsity`` is then ignored and the achieved fraction is recorded).
     Returns:
         The record written next to the checkpoint: settings, model and data ids, calibration
         counts, achieved sparsity per module (FRP) or removed neurons per MLP (SP), provenance.
@@ -433,6 +487,9 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
     variant = variant or allowed[0]
     if variant not in allowed:
         raise PruningError(f"Variant {variant!r} does not belong to method '{method}'; choose one of {list(allowed)}.")
+    if target_l2 is not None and method != "sp":
+        raise PruningError("target_l2 (pruning to a given update norm) is a Selective Pruning setting; FRP's "
+                           "update norm follows from its sparsity.")
     sparsity = DEFAULT_SPARSITY[method] if sparsity is None else sparsity
     if not 0 < sparsity < 1:
         raise PruningError(f"sparsity must be in (0, 1), got {sparsity}")
@@ -474,9 +531,11 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
                   "row_sparsity_max": max(r["row_sparsity"] for r in report.values()),
                   "pruned_total": sum(r["pruned"] for r in report.values())}
     else:
-        result = selective_prune(model, tokenizer, forget, retain, sparsity, variant, calib)
+        result = selective_prune(model, tokenizer, forget, retain, sparsity, variant, calib, target_l2=target_l2)
         if result["n_removed"] != result["requested"]:
             raise PruningError(f"{result['n_removed']} neurons removed, asked for {result['requested']}.")
+        if target_l2 is not None:
+            settings.update(sparsity=result["fraction"], target_l2=target_l2)
         for key in ("method", "variant", "fraction"):
             result.pop(key)
     calib_record = {k: v for k, v in calib.as_dict().items() if method == "frp" or k != "statistic"}
@@ -542,6 +601,7 @@ def verify_pruned(original: nn.Module, pruned: nn.Module, record: dict) -> dict:
     outside = sorted(set(changed) - allowed)
     if outside:
         raise PruningError(f"Pruning changed parameters outside the pruned modules: {outside[:3]}.")
+    measured["l2_in_weights"] = math.sqrt(sum(float((wu[n].double() - w0[n].double()).pow(2).sum()) for n in changed))
     return measured
 
 

@@ -23,6 +23,7 @@ BLOCKS = {
     "smol-forgetting-strength": "figures/smol/forgetting_strength.md",
     "smol-matched-utility": "figures/smol/matched_utility.md",
     "smol-matched-sparsity": "figures/smol/matched_sparsity.md",
+    "smol-matched-update-norm": "figures/smol/matched_update_norm.md",
     "smol-ablation": "figures/smol/ablation_importance.md",
     **{f"smol-variant-{v}": f"figures/smol/variant_{v}_delta_es.md"
        for v in ("lr", "optimizer", "data", "lora", "horizon")},

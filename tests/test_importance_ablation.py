@@ -1,4 +1,4 @@
-"""The importance terms the FRAG ablation swaps in (Fisher, integrated gradients, OBD), each
+"""The importance terms the FRAG ablation swaps in (Fisher, integrated gradients, OBD, influence), each
 checked against its definition computed directly."""
 import copy
 import math
@@ -68,13 +68,15 @@ def test_frag_with_gradient_importance_equals_the_direct_cosines(setup, tokenize
     w0 = frag.state_dict_of(model)
     gen = torch.Generator().manual_seed(0)
     wu = {k: v + 1e-3 * torch.randn(v.shape, generator=gen) for k, v in w0.items()}
-    for kind in ("fisher", "ig", "obd"):
+    for kind in ("fisher", "ig", "obd", "influence"):
         res = frag.compute_frag(w0, wu, sf, sr, importance_kind=kind)
         fs, rs, ds = [], [], []
         for n in sorted(modules):
             w, d = w0[f"{n}.weight"].double(), (wu[f"{n}.weight"].double() - w0[f"{n}.weight"].double()) ** 2
+            h = (sf[n]["g2"] + sr[n]["g2"]) / 2 + 0.01 * (sf[n]["g2"] + sr[n]["g2"]).mean() / 2  # influence's H + lambda
             f, r = {"fisher": (sf[n]["g2"], sr[n]["g2"]), "ig": ((w * sf[n]["ig"]).abs(), (w * sr[n]["ig"]).abs()),
-                    "obd": (sf[n]["g2"] * w ** 2, sr[n]["g2"] * w ** 2)}[kind]
+                    "obd": (sf[n]["g2"] * w ** 2, sr[n]["g2"] * w ** 2),
+                    "influence": (sf[n]["g"] ** 2 / h, sr[n]["g"] ** 2 / h)}[kind]
             fs.append(f.flatten()), rs.append(r.flatten()), ds.append(d.flatten())
         f, r, d = torch.cat(fs), torch.cat(rs), torch.cat(ds)
         cos = lambda a, b: float(a @ b / (a.norm() * b.norm()))  # noqa: E731
@@ -89,6 +91,6 @@ def test_unknown_importance_and_missing_path_gradients_are_refused(setup, tokeni
     with pytest.raises(FragError, match="ig_steps > 0"):
         frag.compute_frag(w0, wu, stats, stats, importance_kind="ig")
     with pytest.raises(FragError, match="Unknown importance"):
-        frag.compute_frag(w0, wu, stats, stats, importance_kind="influence")
+        frag.compute_frag(w0, wu, stats, stats, importance_kind="hessian")
     with pytest.raises(calibration.CalibrationError):
         calibration.gradient_stats(model, tokenizer, recs, modules, cfg, ig_steps=-1)

@@ -327,3 +327,33 @@ def test_prune_refuses_splits_that_do_not_oppose_forget_and_retain(tmp_path):
     for forget, retain in (("forget10", "forget10"), ("retain90", "forget10"), ("forget10", "forget05")):
         with pytest.raises(pruning.PruningError, match="forget split must be a forgetXX"):
             pruning.prune_checkpoint("tiny", tmp_path / "out", forget_split=forget, retain_split=retain)
+
+
+def test_selective_pruning_to_an_update_norm_takes_the_closest_prefix_of_the_score_order(tiny, tokenizer):
+    forget, retain = data.load_split("synthetic", "forget10"), data.load_split("synthetic", "retain90")
+    cfg = CalibConfig(n=7, max_len=48, batch_size=3)
+    before = {k: v.clone() for k, v in tiny.state_dict().items()}
+    # the score order (as _sp_by_hand ranks), and each neuron's squared norm summed by hand
+    acts, _ = _sp_by_hand(tiny, tokenizer, forget, retain, cfg, 0.05, "down_in")
+    blocks = pruning.mlp_blocks(tiny)
+    order = sorted(((float(acts["forget"][n][j] / (acts["retain"][n][j] + 1e-6)), i, j, n)
+                    for i, n in enumerate(blocks) for j in range(acts["forget"][n].numel())),
+                   key=lambda t: (-t[0], t[1], t[2]))
+    with torch.no_grad():
+        sq = [float(blocks[n].gate_proj.weight[j].double().pow(2).sum() + blocks[n].up_proj.weight[j].double().pow(2).sum()
+                    + blocks[n].down_proj.weight[:, j].double().pow(2).sum()) for _, _, j, n in order]
+    prefix = np.sqrt(np.cumsum(sq))
+    target = float(prefix[20] + prefix[21]) / 2 + 1e-3  # nearer 22 neurons than 21
+    try:
+        rec = pruning.selective_prune(tiny, tokenizer, forget, retain, variant="down_in", config=cfg, target_l2=target)
+        assert rec["n_removed"] == rec["requested"] == 22 and rec["fraction"] == 22 / 256
+        assert rec["removed"] == {n: sorted(j for _, _, j, m in order[:22] if m == n) for n in blocks}
+        direct = math.sqrt(sum(float((v.double() - before[k].double()).pow(2).sum()) for k, v in tiny.state_dict().items()))
+        assert rec["l2"] == pytest.approx(direct, rel=1e-9) and direct == pytest.approx(prefix[21], rel=1e-9)
+    finally:
+        tiny.load_state_dict(before)
+    for bad, msg in ((0.0, "positive"), (math.nan, "positive"), (float(prefix[-1]) * 1.01, "cannot reach")):
+        with pytest.raises(pruning.PruningError, match=msg):
+            pruning.selective_prune(tiny, tokenizer, forget, retain, config=cfg, target_l2=bad)
+    with pytest.raises(pruning.PruningError, match="Selective Pruning setting"):
+        pruning.prune_checkpoint("./does_not_exist", "unused", method="frp", target_l2=1.0)
