@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Kill-and-restart check of the grid runner: a grid killed midway and started again must finish
+# with exactly the records of an uninterrupted run.
+#
+# On a fresh clone of this repository (its own .venv, set up by `make setup`) and an empty cache:
+#   1. `make reproduce PROFILE=<profile> FORCE=1` runs the whole grid: the reference records;
+#   2. the records and the cache are removed, the grid is started again and killed (SIGKILL to the
+#      whole process group: runner and kernel) after <kill_after> seconds, then started again
+#      without FORCE, so that it resumes;
+#   3. scripts/compare_records.py compares every results.json of the two runs, leaving out only
+#      what differs between any two runs (wall times, timestamps).
+# The second run is killed several times if asked (several kill times).
+#
+#   scripts/check_resume.sh [profile (tiny)] [kill_after seconds, space-separated ("40 90")]
+# Prints the comparison; exits non-zero when the records differ. The tiny grid takes about
+# two minutes per pass on two cores; the smol grid about a day.
+set -euo pipefail
+profile=${1:-tiny}
+kills=${2:-"40 90"}
+repo=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
+work=$(mktemp -d /tmp/frag_resume.XXXXXX)
+git clone -q "$repo" "$work/repo"
+cd "$work/repo"
+make setup > "$work/setup.log" 2>&1
+export FRAG_CACHE_DIR="$work/cache"
+
+echo "== reference: the whole $profile grid, uninterrupted ($(date -u +%T))"
+make reproduce PROFILE="$profile" FORCE=1 > "$work/reference.log" 2>&1
+mkdir -p "$work/reference"
+cp -r papermill_runs "$work/reference/"
+
+echo "== interrupted: records and cache removed, then killed after ${kills} s"
+git checkout -q -- papermill_runs && git clean -qfdx papermill_runs
+rm -rf "$FRAG_CACHE_DIR"
+# every run of the profile must be redone: remove the committed records of this profile too
+find papermill_runs -mindepth 2 -maxdepth 2 -type d -name "${profile}*" -exec rm -rf {} +
+for k in $kills; do
+  setsid make reproduce PROFILE="$profile" > "$work/killed_$k.log" 2>&1 &
+  pid=$!
+  sleep "$k"
+  if kill -0 "$pid" 2> /dev/null; then
+    kill -KILL -- -"$pid" || true
+    wait "$pid" 2> /dev/null || true
+    echo "   killed after $k s ($(ls -d papermill_runs/*/"${profile}"* 2> /dev/null | wc -l) run folders so far)"
+  else
+    wait "$pid" || true
+    echo "   the grid had finished before $k s: nothing was killed"
+  fi
+done
+echo "== resumed ($(date -u +%T))"
+make reproduce PROFILE="$profile" > "$work/resumed.log" 2>&1
+python3 "$repo/scripts/compare_records.py" "$work/reference/papermill_runs" papermill_runs --profile "$profile"
+echo "(work folder: $work)"

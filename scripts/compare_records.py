@@ -1,0 +1,83 @@
+"""Compare the run records of two copies of papermill_runs/ (used by scripts/check_resume.sh).
+
+Every run folder of the profile must exist in both, with the same files, and each results.json
+must be identical once what differs between any two runs is left out: wall times (keys ending in
+``seconds``), the time of writing, and the progress of an interrupted run (``resumed_from``).
+Numbers are compared exactly; a difference is reported with its path and both values.
+
+    python scripts/compare_records.py REFERENCE_RUNS OTHER_RUNS [--profile tiny]
+Exits 1 when the records differ.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+VOLATILE = ("written_at", "resumed_from")
+
+
+def volatile(key: str) -> bool:
+    return key.endswith("seconds") or key in VOLATILE
+
+
+def differences(a, b, path: str = "") -> list[str]:
+    """Where two JSON values differ, volatile keys left out."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b)):
+            if volatile(k):
+                continue
+            if k not in a or k not in b:
+                out.append(f"{path}/{k}: only in {'the reference' if k in a else 'the other'}")
+            else:
+                out += differences(a[k], b[k], f"{path}/{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} items against {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
+    same = a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)  # NaN == NaN here
+    return [] if same else [f"{path}: {a!r} against {b!r}"]
+
+
+def run_folders(root: Path, profile: str) -> dict[str, Path]:
+    return {f"{d.parent.name}/{d.name}": d for d in sorted(root.glob(f"*/{profile}*")) if d.is_dir()}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("reference", type=Path)
+    ap.add_argument("other", type=Path)
+    ap.add_argument("--profile", default="tiny")
+    args = ap.parse_args()
+    ref, other = run_folders(args.reference, args.profile), run_folders(args.other, args.profile)
+    problems = [f"{r}: only in the reference" for r in sorted(set(ref) - set(other))]
+    problems += [f"{r}: only in the other" for r in sorted(set(other) - set(ref))]
+    compared = 0
+    for run in sorted(set(ref) & set(other)):
+        files_a = {p.name for p in ref[run].iterdir() if not p.name.startswith(".")}
+        files_b = {p.name for p in other[run].iterdir() if not p.name.startswith(".")}
+        if files_a != files_b:
+            problems.append(f"{run}: files differ: {sorted(files_a ^ files_b)}")
+        leftovers = [p.name for p in other[run].iterdir() if p.name.startswith(".")]
+        if leftovers:
+            problems.append(f"{run}: half-written files left behind: {leftovers}")
+        res_a, res_b = ref[run] / "results.json", other[run] / "results.json"
+        if res_a.is_file() and res_b.is_file():
+            diff = differences(json.loads(res_a.read_text()), json.loads(res_b.read_text()))
+            problems += [f"{run}: {d}" for d in diff]
+            compared += 1
+    print(f"{len(ref)} run folders in the reference, {len(other)} in the other; {compared} results.json compared")
+    if problems:
+        print(f"{len(problems)} difference(s):")
+        for p in problems[:50]:
+            print("  " + p)
+        return 1
+    print("identical records (wall times and timestamps left out)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
