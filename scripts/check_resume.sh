@@ -33,7 +33,8 @@ echo "== interrupted: records and cache removed, then killed after ${kills} s"
 git checkout -q -- papermill_runs && git clean -qfdx papermill_runs
 rm -rf "$FRAG_CACHE_DIR"
 # every run of the profile must be redone: remove the committed records of this profile too
-find papermill_runs -mindepth 2 -maxdepth 2 -type d -name "${profile}*" -exec rm -rf {} +
+find papermill_runs -mindepth 2 -maxdepth 2 -type d -name "${profile}*" -not -path "papermill_runs/params/*" \
+  -exec rm -rf {} +
 for k in $kills; do
   setsid make reproduce PROFILE="$profile" > "$work/killed_$k.log" 2>&1 &
   pid=$!
@@ -41,7 +42,7 @@ for k in $kills; do
   if kill -0 "$pid" 2> /dev/null; then
     kill -KILL -- -"$pid" || true
     wait "$pid" 2> /dev/null || true
-    echo "   killed after $k s ($(ls -d papermill_runs/*/"${profile}"* 2> /dev/null | wc -l) run folders so far)"
+    echo "   killed after $k s ($(ls -d papermill_runs/[0-9]*/"${profile}"* 2> /dev/null | wc -l) run folders so far)"
   else
     wait "$pid" || true
     echo "   the grid had finished before $k s: nothing was killed"

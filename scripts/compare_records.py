@@ -43,7 +43,8 @@ def differences(a, b, path: str = "") -> list[str]:
 
 
 def run_folders(root: Path, profile: str) -> dict[str, Path]:
-    return {f"{d.parent.name}/{d.name}": d for d in sorted(root.glob(f"*/{profile}*")) if d.is_dir()}
+    return {f"{d.parent.name}/{d.name}": d for d in sorted(root.glob(f"*/{profile}*"))
+            if d.is_dir() and d.parent.name != "params"}
 
 
 def main() -> int:
