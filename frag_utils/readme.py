@@ -25,6 +25,7 @@ BLOCKS = {
     "smol-matched-sparsity": "figures/smol/matched_sparsity.md",
     "smol-matched-update-norm": "figures/smol/matched_update_norm.md",
     "smol-ablation": "figures/smol/ablation_importance.md",
+    "smol-frp-ablation": "figures/smol/frp_ablation.md",
     **{f"smol-variant-{v}": f"figures/smol/variant_{v}_delta_es.md"
        for v in ("lr", "optimizer", "data", "lora", "horizon")},
     "bench": "bench/results/summary.md",
