@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -188,19 +187,6 @@ def _with_lora(model: nn.Module, config: AttackConfig) -> nn.Module:
     return get_peft_model(model, lora)
 
 
-def _guard_work_dir(work_dir: Path, spec: dict, replace_other: bool) -> None:
-    """Refuse to resume from a work folder of another attack (settings, data or model differ),
-    or with ``replace_other`` empty it."""
-    file = work_dir / SPEC_FILE
-    if file.is_file() and json.loads(file.read_text()) != spec and replace_other:
-        shutil.rmtree(work_dir)
-    work_dir.mkdir(parents=True, exist_ok=True)
-    if file.is_file() and json.loads(file.read_text()) != spec:
-        raise ValueError(f"{work_dir} holds the state of another attack (settings, data or model differ); "
-                         "delete it or choose another work_dir.")
-    file.write_text(json.dumps(spec, sort_keys=True, indent=1))
-
-
 def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: AttackConfig,
             work_dir: str | Path, evaluate: Callable[[nn.Module], dict] | None = None,
             eval_epochs: Sequence[int] | None = None, model_id: str = "", callbacks: list | None = None,
@@ -235,8 +221,9 @@ def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: A
         raise ValueError(f"eval_epochs {outside} lie outside the attack's epochs 1..{config.epochs}.")
     work_dir = Path(work_dir)
     trained = {k: v for k, v in config.as_dict().items() if k != "save_steps"}  # how often state is saved changes nothing
-    _guard_work_dir(work_dir, {"config": trained, "data": records_digest(records), "model": model_id,
-                               "evaluation": {**(eval_key or {}), "epochs": sorted(wanted)}}, replace_other)
+    train.guard_work_dir(work_dir, {"config": trained, "data": records_digest(records), "model": model_id,
+                                    "evaluation": {**(eval_key or {}), "epochs": sorted(wanted)}},
+                         "attack", SPEC_FILE, replace_other)
     if config.lora_rank > 0:
         model = _with_lora(model, config)
     dataset = train.QADataset(tokenizer, records, config.chat, config.max_len)

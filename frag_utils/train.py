@@ -76,6 +76,28 @@ class QADataset(Dataset):
         return self.items[i]
 
 
+def guard_work_dir(work_dir: Path, spec: dict, what: str, spec_file: str, replace_other: bool = False) -> None:
+    """Make ``work_dir`` the resumable state of one run described by ``spec`` (written to
+    ``spec_file`` inside it), refusing to resume from the state of another run.
+
+    The folder belongs to another run when its spec file differs from ``spec``, or when it holds
+    trainer checkpoints but no spec file.
+
+    Raises:
+        ValueError: the folder belongs to another ``what`` (``replace_other`` empties it instead).
+    """
+    work_dir.mkdir(parents=True, exist_ok=True)
+    file = work_dir / spec_file
+    foreign = (json.loads(file.read_text()) != spec) if file.is_file() else any(work_dir.glob("checkpoint-*"))
+    if foreign and replace_other:
+        shutil.rmtree(work_dir)
+        work_dir.mkdir(parents=True)
+    elif foreign:
+        raise ValueError(f"{work_dir} holds the state of another {what} (settings, data or model differ); "
+                         "delete it or choose another work_dir.")
+    file.write_text(json.dumps(spec, sort_keys=True, indent=1))
+
+
 def steps_per_epoch(n_examples: int, config: TrainConfig, devices: int = 1) -> int:
     """Optimizer steps in one epoch (the last partial accumulation still steps)."""
     batches = -(-n_examples // (config.batch_size * devices))

@@ -502,17 +502,6 @@ def records_digest(records: Sequence[dict] | None) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _guard_work_dir(work_dir: Path, spec: dict) -> None:
-    """Refuse to resume from checkpoints written with other settings or data."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    file = work_dir / SPEC_FILE
-    has_ckpt = any(work_dir.glob("checkpoint-*"))
-    if has_ckpt and (not file.is_file() or json.loads(file.read_text()) != spec):
-        raise ValueError(f"{work_dir} holds checkpoints of another unlearning run (settings or data differ); "
-                         "delete it or choose another work_dir.")
-    file.write_text(json.dumps(spec, sort_keys=True, indent=1))
-
-
 def make_unlearn_trainer(model: nn.Module, tokenizer: Any, forget_records: Sequence[dict],
                          retain_records: Sequence[dict] | None, config: UnlearnConfig,
                          work_dir: str | Path, callbacks: list | None = None) -> UnlearnTrainer:
@@ -536,7 +525,7 @@ def make_unlearn_trainer(model: nn.Module, tokenizer: Any, forget_records: Seque
     dataset = PairedDataset(forget, retain, config.seed)
     spec = {"config": config.as_dict(), "forget": records_digest(forget_records),
             "retain": records_digest(retain_records if retain is not None else None)}
-    _guard_work_dir(Path(work_dir), spec)
+    train.guard_work_dir(Path(work_dir), spec, "unlearning run", SPEC_FILE)
     pad = tokenizer.pad_token_id
     objective = Objective(config, model, forget, pad)
     if objective.trainable is not None:
