@@ -2,7 +2,9 @@
 
 Every run folder of the profile must exist in both, with the same files, and each results.json
 must be identical once what differs between any two runs is left out: wall times (keys ending in
-``seconds``), the time of writing, and the progress of an interrupted run (``resumed_from``).
+``seconds``), the time of writing, and the traces of an interrupted run: the step a training
+resumed from (``resumed_from``) and whether a checkpoint saved before the kill was reused
+(``reused``).
 Numbers are compared exactly; a difference is reported with its path and both values.
 
     python scripts/compare_records.py REFERENCE_RUNS OTHER_RUNS [--profile tiny]
@@ -15,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-VOLATILE = ("written_at", "resumed_from")
+VOLATILE = ("written_at", "resumed_from", "reused")
 
 
 def volatile(key: str) -> bool:
