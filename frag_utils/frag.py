@@ -55,7 +55,6 @@ class SafetensorsCheckpoint:
             for f in files:
                 with safe_open(str(f), framework="pt") as h:
                     self.file_of.update({k: f for k in h.keys()})
-        self._open: dict[Path, object] = {}
 
     def keys(self) -> list[str]:
         return list(self.file_of)
@@ -64,12 +63,13 @@ class SafetensorsCheckpoint:
         return key in self.file_of
 
     def get(self, key: str) -> torch.Tensor:
+        """One tensor, read into memory of its own. The file is opened for this read only: an
+        open handle keeps every page it has read mapped (and counted in the resident memory),
+        which over a whole checkpoint adds its full size."""
         from safetensors import safe_open
 
-        f = self.file_of[key]
-        if f not in self._open:
-            self._open[f] = safe_open(str(f), framework="pt")
-        return self._open[f].get_tensor(key)
+        with safe_open(str(self.file_of[key]), framework="pt") as h:
+            return h.get_tensor(key)
 
     def size_bytes(self) -> int:
         return sum(f.stat().st_size for f in set(self.file_of.values()))
@@ -238,13 +238,18 @@ def compute_frag(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckp
         t["a_f_share"] += layer["a_f_share"]
         t["a_r_share"] += layer["a_r_share"]
         t["sq_diff"] += layer["sq_diff"]
-    l2_scored = math.sqrt(sum(layer["sq_diff"] for layer in per_layer))
-    return FragResult(frag=a_f - gamma * a_r, a_f=a_f, a_r=a_r, gamma=gamma, l2_all=global_l2(original, unlearned),
-                      l2_scored=l2_scored, per_layer=per_layer, per_type=dict(per_type), n_scored_params=n_params)
+    scored_sq = sum(layer["sq_diff"] for layer in per_layer)
+    # the scored tensors' squared differences are summed above: each tensor is read once
+    rest_sq = global_l2(original, unlearned, skip={f"{layer['module']}.weight" for layer in per_layer}) ** 2
+    return FragResult(frag=a_f - gamma * a_r, a_f=a_f, a_r=a_r, gamma=gamma, l2_all=math.sqrt(scored_sq + rest_sq),
+                      l2_scored=math.sqrt(scored_sq), per_layer=per_layer, per_type=dict(per_type),
+                      n_scored_params=n_params)
 
 
-def global_l2(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckpoint | dict[str, torch.Tensor]) -> float:
-    """sqrt of the summed squared difference over every tensor both hold (embeddings, norms included).
+def global_l2(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckpoint | dict[str, torch.Tensor],
+              skip: set[str] | frozenset[str] = frozenset()) -> float:
+    """sqrt of the summed squared difference over every tensor both hold (embeddings, norms included),
+    leaving out the names in ``skip``.
 
     A tied output head stored once counts once.
     """
@@ -253,7 +258,7 @@ def global_l2(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckpoin
     if not shared:
         raise FragError("The two checkpoints share no tensor names: different architectures.")
     total = 0.0
-    for key in shared:
+    for key in sorted(set(shared) - set(skip)):
         a, b = original[key].cpu(), get(key)
         if a.shape != b.shape:
             raise FragError(f"'{key}' has shape {tuple(a.shape)} in the original and {tuple(b.shape)} in the "
