@@ -19,7 +19,7 @@ import json
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterable, Sequence
 
 import torch
 from torch import nn
@@ -189,6 +189,27 @@ def model_key(name_or_path: str) -> dict:
     return {"name": name_or_path}
 
 
+def _norms_key(model_id: str, data_source: str, split: str, records: Sequence[dict], modules: Iterable[str],
+               config: CalibConfig) -> dict:
+    # the key holds the text itself (hashed), so changed data never reuses stale norms
+    text = json.dumps([[r["question"], r["answer"]] for r in select_records(records, config)])
+    return {"model": model_key(model_id), "data": data_source, "split": split, "modules": sorted(modules),
+            "text_sha256": hashlib.sha256(text.encode()).hexdigest(), **config.as_dict()}
+
+
+def cached_norms(model_id: str, data_source: str, split: str, records: Sequence[dict], modules: Iterable[str],
+                 config: CalibConfig) -> dict[str, torch.Tensor] | None:
+    """The activation norms :func:`calibrate` cached for these settings, or None; no model needed."""
+    from safetensors.torch import load_file
+
+    modules = list(modules)
+    file = _cache_file(_norms_key(model_id, data_source, split, records, modules, config))
+    if not file.is_file():
+        return None
+    norms = load_file(str(file))
+    return norms if set(norms) == set(modules) else None
+
+
 def calibrate(model: nn.Module, tokenizer: Any, model_id: str, data_source: str, split: str,
               records: Sequence[dict], modules: dict[str, nn.Linear], config: CalibConfig,
               use_cache: bool = True) -> tuple[dict[str, torch.Tensor], bool]:
@@ -197,18 +218,14 @@ def calibrate(model: nn.Module, tokenizer: Any, model_id: str, data_source: str,
     Returns:
         ``(norms, from_cache)``.
     """
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import save_file
 
-    # the key holds the text itself (hashed), so changed data never reuses stale norms
-    text = json.dumps([[r["question"], r["answer"]] for r in select_records(records, config)])
-    key = {"model": model_key(model_id), "data": data_source, "split": split, "modules": sorted(modules),
-           "text_sha256": hashlib.sha256(text.encode()).hexdigest(), **config.as_dict()}
-    file = _cache_file(key)
-    if use_cache and file.is_file():
-        norms = load_file(str(file))
-        if set(norms) == set(modules):
-            return norms, True
+    key = _norms_key(model_id, data_source, split, records, modules, config)
+    norms = cached_norms(model_id, data_source, split, records, modules, config) if use_cache else None
+    if norms is not None:
+        return norms, True
     norms = activation_norms(model, tokenizer, records, modules, config)
+    file = _cache_file(key)
     file.parent.mkdir(parents=True, exist_ok=True)
     tmp = file.with_suffix(".tmp")
     save_file({k: v.contiguous() for k, v in norms.items()}, str(tmp), metadata={"key": json.dumps(key)})

@@ -59,6 +59,12 @@ class SafetensorsCheckpoint:
     def keys(self) -> list[str]:
         return list(self.file_of)
 
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.file_of)
+
+    def __getitem__(self, key: str) -> torch.Tensor:
+        return self.get(key)
+
     def __contains__(self, key: str) -> bool:
         return key in self.file_of
 
@@ -313,13 +319,31 @@ def checkpoint_folder(name_or_path: str) -> Path:
                         "Without network access pass a local checkpoint directory.") from None
 
 
+def _streamable(original: str, scope: str) -> SafetensorsCheckpoint | None:
+    """The original as a lazy checkpoint, when it is one on disk with the usual projection names."""
+    try:
+        ckpt = SafetensorsCheckpoint(checkpoint_folder(original))
+    except FragError:  # e.g. 'tiny' (built in memory) or an unreachable hub id: load the model instead
+        return None
+    return ckpt if _projection_modules(ckpt, scope) else None
+
+
+def _projection_modules(ckpt: SafetensorsCheckpoint, scope: str) -> list[str]:
+    """Module names :func:`calibration.select_modules` would choose, read from the tensor names."""
+    from .calibration import PROJECTIONS
+
+    return sorted(k[: -len(".weight")] for k in ckpt.keys()
+                  if k.endswith(".weight") and k[: -len(".weight")].rsplit(".", 1)[-1] in PROJECTIONS[scope])
+
+
 def score_pair(original: str, unlearned: str, data_source: str = "synthetic", forget_split: str = "forget10",
                retain_split: str | None = None, gamma: float = 1.0, scope: str = "all",
                calib: Any = None, device: str = "cpu") -> dict:
     """FRAG, A_f, A_r and both L2 distances of ``unlearned`` against ``original``, with timings.
 
     Calibration runs the original model on forget and retain text; the unlearned checkpoint is
-    only streamed from disk.
+    only streamed from disk. When both calibrations are cached and the original is a checkpoint
+    on disk, the original is streamed too (``timings["original_streamed"]``).
     """
     import time
 
@@ -328,27 +352,42 @@ def score_pair(original: str, unlearned: str, data_source: str = "synthetic", fo
     timings = {}
     calib = calib or calibration.CalibConfig()
     retain_split = retain_split or data.matching_retain(forget_split)
+    splits = {"forget": forget_split, "retain": retain_split}
+    records = {role: data.load_split(data_source, split) for role, split in splits.items()}
     t = time.perf_counter()
-    folder = checkpoint_folder(unlearned)
-    ckpt = SafetensorsCheckpoint(folder)
-    model, tokenizer = models.load_model(original, device=device)
-    cfg_a, cfg_b = model.config.to_dict(), ckpt.config() or {}
+    ckpt = SafetensorsCheckpoint(checkpoint_folder(unlearned))
+    # With both calibrations cached (and the original on disk), the original is streamed tensor by
+    # tensor like the unlearned one and no model is built: only one tensor of each is in memory.
+    streamed, norms = _streamable(original, scope), {}
+    if streamed is not None:
+        names = _projection_modules(streamed, scope)
+        for role, split in splits.items():
+            norms[role] = calibration.cached_norms(original, data_source, split, records[role], names, calib)
+        if any(v is None for v in norms.values()):
+            streamed, norms = None, {}
+    model = None
+    if streamed is None:
+        model, tokenizer = models.load_model(original, device=device)
+    cfg_a, cfg_b = (streamed.config() or {}) if model is None else model.config.to_dict(), ckpt.config() or {}
     for key in ("model_type", "hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size"):
         if key in cfg_a and key in cfg_b and cfg_a[key] != cfg_b[key]:
             raise FragError(f"The checkpoints differ in architecture: {key} is {cfg_a[key]} in the original "
                             f"and {cfg_b[key]} in the unlearned one.")
     timings["load_seconds"] = time.perf_counter() - t
-    modules = calibration.select_modules(model, scope)
     t = time.perf_counter()
-    norms = {}
-    for role, split in (("forget", forget_split), ("retain", retain_split)):
-        recs = data.load_split(data_source, split)
-        norms[role], cached = calibration.calibrate(model, tokenizer, original, data_source, split, recs,
-                                                    modules, calib)
-        timings[f"calibration_{role}_cached"] = cached
+    if model is not None:
+        modules = calibration.select_modules(model, scope)
+        for role, split in splits.items():
+            norms[role], cached = calibration.calibrate(model, tokenizer, original, data_source, split, records[role],
+                                                        modules, calib)
+            timings[f"calibration_{role}_cached"] = cached
+    else:
+        timings.update(calibration_forget_cached=True, calibration_retain_cached=True)
     timings["calibration_seconds"] = time.perf_counter() - t
+    timings["original_streamed"] = model is None
     t = time.perf_counter()
-    result = compute_frag(state_dict_of(model), ckpt, norms["forget"], norms["retain"], gamma)
+    result = compute_frag(streamed if model is None else state_dict_of(model), ckpt, norms["forget"], norms["retain"],
+                          gamma)
     timings["comparison_seconds"] = time.perf_counter() - t
     return {"original": original, "unlearned": unlearned, **result.summary(), "per_type": result.per_type,
             "per_layer": [{k: v for k, v in row.items() if k in ("module", "a_f_share", "a_r_share", "sq_diff")}

@@ -159,3 +159,31 @@ def test_lower_precision_checkpoint_is_compared_at_its_own_precision(setup):
     expected = math.sqrt(sum(float((half[k].double() - rounded[k].double()).pow(2).sum()) for k in w0))
     assert res.l2_all == pytest.approx(expected, rel=1e-9)
     assert all(l["sq_diff"] == 0 for l in res.per_layer if "up_proj" not in l["module"] and "q_proj" not in l["module"])
+
+
+def test_score_pair_streams_the_original_when_calibration_is_cached_with_the_same_result(setup, tokenizer, tmp_path,
+                                                                                         monkeypatch):
+    model, w0, _, _ = setup
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "cache"))
+    models.save_checkpoint(model, tokenizer, tmp_path / "orig")
+    edited = copy.deepcopy(model)
+    edited.load_state_dict(_perturbed(w0), strict=False)
+    models.save_checkpoint(edited, tokenizer, tmp_path / "unl")
+    cfg = calibration.CalibConfig(n=8, max_len=64)
+    first = frag.score_pair(str(tmp_path / "orig"), str(tmp_path / "unl"), calib=cfg)
+    assert not first["timings"]["original_streamed"] and not first["timings"]["calibration_forget_cached"]
+    calls = []
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: calls.append(a))  # a streamed run builds no model
+    again = frag.score_pair(str(tmp_path / "orig"), str(tmp_path / "unl"), calib=cfg)
+    assert again["timings"]["original_streamed"] and calls == []
+    for key in ("frag", "a_f", "a_r", "l2_scored"):
+        assert again[key] == pytest.approx(first[key], rel=1e-12), key
+    assert again["l2_all"] == pytest.approx(first["l2_all"], rel=1e-12)
+    assert [r["module"] for r in again["per_layer"]] == [r["module"] for r in first["per_layer"]]
+    # and the dense definition agrees with both
+    xf = calibration.activation_norms(model, tokenizer, data.load_split("synthetic", "forget10"),
+                                      calibration.select_modules(model, "all"), cfg)
+    xr = calibration.activation_norms(model, tokenizer, data.load_split("synthetic", "retain90"),
+                                      calibration.select_modules(model, "all"), cfg)
+    dense = _dense_frag(w0, frag.state_dict_of(edited), xf, xr, 1.0)
+    assert again["frag"] == pytest.approx(dense[0], rel=1e-9)
