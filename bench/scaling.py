@@ -1,13 +1,14 @@
 """FRAG's weight comparison on models of growing size: time should grow linearly with the
-parameter count, and the memory beyond the original's weights should stay flat (the unlearned
-checkpoint is streamed tensor by tensor, never loaded whole).
+parameter count, and the memory beyond what the process holds before comparing should stay flat:
+both checkpoints are streamed tensor by tensor (as `frag score` does with its calibration cached),
+so it should follow the largest tensor, not the model.
 
 Sizes: the tiny test model, a mid-size random Llama, a random model of the embedded model's
 shape (SmolLM2-135M), and a random Llama of about 1B parameters (Llama-3.2-1B's shape), all built
 from configs (no download). For each, an original and a perturbed copy are saved once under the
 cache (about 10 GB for the 1B pair), calibration norms are random (the comparison's cost does
-not depend on them), and the comparison runs in a fresh process whose peak resident memory is
-read. Writes bench/results/scaling.json.
+not depend on them), and the comparison runs in a fresh process whose peak resident memory
+(VmHWM) is read before and after it. Writes bench/results/scaling.json.
     python bench/scaling.py [--sizes tiny,mid,smol,1b] [--repeats R] [--quick]
 """
 from __future__ import annotations
@@ -61,24 +62,28 @@ def pair(name: str) -> tuple[Path, Path]:
 
 
 CHILD = r"""
-import json, resource, sys, time, torch
-from frag_utils import calibration, frag, models
+import json, sys, time, torch
+from frag_utils import frag, records
 original, unlearned, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
-model, _ = models.load_model(original)
-w0 = frag.state_dict_of(model)
-n_params = sum(p.numel() for p in model.parameters())
-modules = calibration.select_modules(model, "all")
+# both checkpoints streamed tensor by tensor, as `frag score` does with its calibration cached;
+# random calibration norms of each scored module's input width (from the tensor shapes)
+w0, wu = frag.SafetensorsCheckpoint(original), frag.SafetensorsCheckpoint(unlearned)
+names = frag._projection_modules(w0, "all")
+shapes = {k: w0.shape(k) for k in w0.keys()}  # from the headers: nothing is read before the comparison
+widths = {n: shapes[f"{n}.weight"][1] for n in names}
+n_params = sum(torch.Size(v).numel() for v in shapes.values())
 g = torch.Generator().manual_seed(0)
-xf = {n: torch.rand(m.in_features, generator=g) + 0.1 for n, m in modules.items()}
-xr = {n: torch.rand(m.in_features, generator=g) + 0.1 for n, m in modules.items()}
-rss_loaded = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+xf = {n: torch.rand(d, generator=g) + 0.1 for n, d in widths.items()}
+xr = {n: torch.rand(d, generator=g) + 0.1 for n, d in widths.items()}
+rss_ready = records.peak_rss_bytes()
 times = []
 for _ in range(repeats):
     t = time.perf_counter()
-    frag.compute_frag(w0, frag.SafetensorsCheckpoint(unlearned), xf, xr)
+    frag.compute_frag(w0, wu, xf, xr)
     times.append(time.perf_counter() - t)
-rss_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-print(json.dumps({"n_params": n_params, "seconds": times, "rss_after_load": rss_loaded, "rss_peak": rss_peak}))
+largest = max(torch.Size(v).numel() for v in shapes.values()) * 4  # the pairs are saved in float32
+print(json.dumps({"n_params": n_params, "seconds": times, "rss_after_load": rss_ready,
+                  "rss_peak": records.peak_rss_bytes(), "largest_tensor_bytes": largest}))
 """
 
 
@@ -105,7 +110,9 @@ def main() -> None:
                      "compare_seconds_min": min(r["seconds"]), "compare_seconds_median": sorted(r["seconds"])[len(r["seconds"]) // 2],
                      "seconds_per_million_params": min(r["seconds"]) / r["n_params"] * 1e6,
                      "rss_after_load": r["rss_after_load"], "rss_peak": r["rss_peak"],
-                     "extra_rss_over_checkpoint": (r["rss_peak"] - r["rss_after_load"]) / ckpt})
+                     "largest_tensor_bytes": r["largest_tensor_bytes"],
+                     "extra_rss_over_checkpoint": (r["rss_peak"] - r["rss_after_load"]) / ckpt,
+                     "extra_rss_over_largest_tensor": (r["rss_peak"] - r["rss_after_load"]) / r["largest_tensor_bytes"]})
         print(f"{name:5} {r['n_params'] / 1e6:8.1f} M params  compare {rows[-1]['compare_seconds_min']:7.2f} s  "
               f"{rows[-1]['seconds_per_million_params'] * 1e3:6.2f} ms/M  extra memory "
               f"{rows[-1]['extra_rss_over_checkpoint']:.2f}x checkpoint", flush=True)

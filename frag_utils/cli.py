@@ -32,7 +32,7 @@ def _eval(args: argparse.Namespace) -> dict:
 
 
 def _score(args: argparse.Namespace) -> dict:
-    from . import calibration, frag
+    from . import calibration, frag, records
 
     calib = calibration.CalibConfig(n=args.n_calib, max_len=args.max_len, selection=args.selection,
                                     seed=args.seed, chat=args.chat, statistic=args.statistic)
@@ -40,6 +40,7 @@ def _score(args: argparse.Namespace) -> dict:
                           args.gamma, args.modules, calib, args.device)
     if not args.per_layer:
         out.pop("per_layer")
+    out["peak_rss_bytes"] = records.peak_rss_bytes()
     return out
 
 

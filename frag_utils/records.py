@@ -46,6 +46,23 @@ def git_commit() -> dict:
         return {"commit": None, "dirty": None}
 
 
+def peak_rss_bytes() -> int:
+    """This process's peak resident memory so far.
+
+    On Linux the high-water mark of /proc/self/status (``VmHWM``): ``ru_maxrss`` would carry over
+    the peak of the process that started this one (the kernel keeps it across fork and exec)."""
+    import re
+    import resource
+
+    status = Path("/proc/self/status")
+    if status.is_file():
+        found = re.search(r"VmHWM:\s+(\d+) kB", status.read_text())
+        if found:
+            return int(found.group(1)) * 1024
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(peak if sys.platform == "darwin" else peak * 1024)  # macOS reports bytes, Linux KiB
+
+
 def environment() -> dict:
     """Versions, device and thread count, for the record."""
     versions = {}

@@ -22,3 +22,17 @@ def test_write_table_formats_columns_and_keeps_full_precision_in_csv(tmp_path):
 def test_write_table_refuses_formats_of_missing_columns(tmp_path):
     with pytest.raises(ValueError, match=r"\['lrr'\]"):
         records.write_table(pd.DataFrame({"lr": [1e-5]}), tmp_path / "t", {}, formats={"lrr": "g"})
+
+
+def test_peak_rss_of_a_fresh_process_is_its_own_not_its_parents():
+    import subprocess
+    import sys
+
+    from frag_utils import records
+
+    held = b"\x01" * (400 * 2**20)  # 400 MB touched by this process
+    parent = records.peak_rss_bytes()
+    child = subprocess.run([sys.executable, "-c", "from frag_utils import records; print(records.peak_rss_bytes())"],
+                           capture_output=True, text=True, check=True)
+    assert parent >= 400 * 2**20 and 0 < int(child.stdout) < parent - 300 * 2**20
+    del held
