@@ -37,6 +37,10 @@ def summary() -> str:
     if fa:
         rows.append(f"| one forget+retain attack / FRAG end to end | {fa['attack_over_frag']:.1f}x | >= 100x | "
                     f"{'yes' if fa['attack_over_frag'] >= 100 else 'no'} |")
+        if "attack_over_frag_cached" in fa:
+            v = fa["attack_over_frag_cached"]
+            rows.append(f"| the same, the original's calibration cached (one more checkpoint scored) | {v:.0f}x | "
+                        f">= 100x | {'yes' if v >= 100 else 'no'} |")
     tt = load("train_throughput")
     if tt:
         rows.append(f"| bare PyTorch loop / attack loop, tokens per second | {tt['bare_over_trainer']:.2f}x | <= 1.2x | "
