@@ -262,11 +262,71 @@ def grid(profile: str) -> list[RunSpec]:
     return specs
 
 
+def made_checkpoints(spec: RunSpec) -> list[Path]:
+    """The cached checkpoints a recorded run made, which later runs read (none for most notebooks).
+
+    Checkpoints live in the cache, not in the repository: on a fresh machine a run can be recorded
+    while its checkpoint is absent.
+    """
+    nb, p = spec.notebook.stem, spec.params
+    if nb == "02_target_and_gold":
+        return [paths.checkpoint_dir(p["profile"], "target"), paths.checkpoint_dir(p["profile"], f"gold_{p['forget_split']}")]
+    if nb == "05_unlearn" and (spec.out_dir / RESULTS_FILE).is_file():
+        # the unlearned checkpoint (for method gold, notebook 02's gold model, which it points to)
+        return [Path(json.loads((spec.out_dir / RESULTS_FILE).read_text())["results"]["unlearned"])]
+    return []
+
+
+def needed_runs(spec: RunSpec, specs: list[RunSpec]) -> list[RunSpec]:
+    """The runs of ``specs`` whose checkpoints ``spec`` reads: the profile's notebook-02 run for a
+    notebook-05 run on ``profile-target`` (or ``profile-gold``), the named notebook-05 runs for
+    notebooks 06 and 07."""
+    nb, p = spec.notebook.stem, spec.params
+    by_name = {(s.notebook.stem, s.name): s for s in specs}
+    names: list[tuple[str, str]] = []
+    if nb == "05_unlearn":
+        makers = [s for s in specs if s.notebook.stem == "02_target_and_gold" and s.params["profile"] == p["profile"]]
+        if p.get("original") == "profile-target" and makers:  # every 02 run of a profile trains its one target
+            names.append(("02_target_and_gold", makers[0].name))
+        if p.get("method") == "gold" and p.get("gold") == "profile-gold":  # the gold of this forget split
+            names += [("02_target_and_gold", s.name) for s in makers if s.params["forget_split"] == p["forget_split"]]
+    if nb == "06_attacks" and p.get("unlearned_run"):
+        names.append(("05_unlearn", p["unlearned_run"]))
+    if nb == "07_ablations" and p.get("unlearned_runs") not in (None, "", "all"):
+        names += [("05_unlearn", n.strip()) for n in p["unlearned_runs"].split(",") if n.strip()]
+    return [by_name[n] for n in dict.fromkeys(names) if n in by_name]
+
+
+def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], seen: set) -> None:
+    """Before ``spec`` runs: every run it reads from is run if unrecorded, and rerun if recorded
+    but its checkpoint is missing from the cache (a fresh machine), the runs those need first."""
+    for dep in needed_runs(spec, specs):
+        key = (dep.notebook.stem, dep.name)
+        if key in seen:
+            continue
+        seen.add(key)
+        missing = [c for c in made_checkpoints(dep) if not any(c.glob("*.safetensors"))]
+        if dep.is_complete() and not missing:
+            continue
+        _restore_needed(dep, specs, log, seen)
+        log.append({**execute(dep, force=bool(missing)), "reason": f"needed by {spec.notebook.stem}/{spec.name}"
+                    + (": its checkpoint is not in the cache" if missing else "")})
+        print(f"{log[-1]['run']}: {log[-1]['status']} ({log[-1]['seconds']} s; {log[-1]['reason']})", flush=True)
+
+
 def run_grid(specs: list[RunSpec], force: bool = False, select: str | None = None) -> list[dict]:
-    """Run every spec in order (skipping complete ones); ``select`` keeps runs whose name contains it."""
+    """Run every spec in order (skipping complete ones); ``select`` keeps runs whose name contains it.
+
+    A run about to execute first gets the runs it reads checkpoints from (:func:`needed_runs`):
+    run if unrecorded, rerun if their checkpoint is missing from the cache, so that a fresh
+    machine, whose cache is empty while the records are committed, can run any selection.
+    """
     chosen = [s for s in specs if not select or select in f"{s.notebook.stem}/{s.name}"]
-    log = []
+    log, seen = [], set()
     for spec in progress(chosen, desc="runs", unit="run"):
+        if force or not spec.is_complete() or spec.notebook.stem in COLLECTORS:
+            _restore_needed(spec, specs, log, seen)
         log.append(execute(spec, force=force))
+        seen.add((spec.notebook.stem, spec.name))
         print(f"{log[-1]['run']}: {log[-1]['status']} ({log[-1]['seconds']} s)", flush=True)
     return log

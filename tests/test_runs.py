@@ -113,3 +113,96 @@ def test_a_parameter_added_later_at_its_default_keeps_older_records_complete(tmp
     defaults = {k: v["default"] for k, v in runs.declared_parameters(spec.notebook).items()}
     assert runs.params_key(older, defaults) == runs.params_key(spec.params, defaults)
     assert runs.params_key(older) != runs.params_key(spec.params)
+
+
+class _FakeKill(BaseException):
+    """A kill in the middle of a notebook (not an Exception: nothing may catch it)."""
+
+
+@pytest.fixture()
+def fake_grid(tmp_path, monkeypatch):
+    """A small grid (02 -> two 05 runs -> a 06 run on one of them) whose notebooks are replaced by
+    a fake papermill that writes what the real ones write: the executed notebook (first to a
+    temporary file), results.json, and the checkpoints 02 and 05 cache. ``kill_at`` kills the
+    n-th execution midway (its temporary notebook written, no record)."""
+    import papermill
+
+    monkeypatch.setattr(paths, "RUNS_DIR", tmp_path / "runs")
+    monkeypatch.setattr(paths, "PARAMS_DIR", tmp_path / "params")
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "params" / "t"
+    folder.mkdir(parents=True)
+    (folder / "02_target_and_gold.yaml").write_text("{profile: t}\n")
+    (folder / "05_unlearn.yaml").write_text("- {profile: t, original: profile-target, method: ga}\n"
+                                            "- {profile: t, original: profile-target, method: npo}\n")
+    (folder / "06_attacks.yaml").write_text("{profile: t, unlearned_run: t__method=npo}\n")
+    state = {"calls": [], "kill_at": None}
+
+    def fake(input_path, output_path, parameters, **_):
+        nb = input_path.rsplit("/", 1)[-1].removesuffix(".ipynb")
+        state["calls"].append(f"{nb}/{parameters['run_name']}")
+        out = paths.RUNS_DIR / nb / parameters["run_name"]
+        with open(output_path, "w") as f:
+            json.dump({"partial": True}, f)
+        if len(state["calls"]) == state["kill_at"]:
+            raise _FakeKill()
+        results = {"n": len(parameters["run_name"])}
+        if nb == "02_target_and_gold":
+            for role in ("target", "gold_forget10"):
+                (paths.checkpoint_dir("t", role)).mkdir(parents=True, exist_ok=True)
+                (paths.checkpoint_dir("t", role) / "model.safetensors").write_text("w")
+        if nb == "05_unlearn":
+            assert (paths.checkpoint_dir("t", "target") / "model.safetensors").is_file(), "05 ran without its target"
+            ckpt = paths.checkpoint_dir("t", f"unlearned/{parameters['run_name']}")
+            ckpt.mkdir(parents=True, exist_ok=True)
+            (ckpt / "model.safetensors").write_text("w")
+            results.update(method=parameters["method"], unlearned=str(ckpt))
+        if nb == "06_attacks":
+            run = paths.RUNS_DIR / "05_unlearn" / parameters["unlearned_run"] / runs.RESULTS_FILE
+            unlearned = json.loads(run.read_text())["results"]["unlearned"]
+            assert (paths.Path(unlearned) / "model.safetensors").is_file(), "06 ran without its checkpoint"
+        (out / runs.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": parameters}, "results": results}))
+        with open(output_path, "w") as f:
+            json.dump({"executed": parameters["run_name"]}, f)
+
+    monkeypatch.setattr(papermill, "execute_notebook", fake)
+    return state
+
+
+def _records(root):
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_grid_killed_midway_and_restarted_ends_with_the_records_of_an_uninterrupted_one(fake_grid, tmp_path):
+    import shutil
+
+    runs.run_grid(runs.grid("t"))
+    reference = _records(paths.RUNS_DIR)
+    assert len(fake_grid["calls"]) == 4
+    shutil.rmtree(paths.RUNS_DIR), shutil.rmtree(tmp_path / "cache")
+    fake_grid.update(calls=[], kill_at=3)  # killed during the second 05 run
+    with pytest.raises(_FakeKill):
+        runs.run_grid(runs.grid("t"))
+    killed = paths.RUNS_DIR / "05_unlearn" / "t__method=npo"
+    assert not (killed / runs.RESULTS_FILE).exists() and not (killed / "05_unlearn.ipynb").exists()
+    fake_grid.update(calls=[], kill_at=None)
+    runs.run_grid(runs.grid("t"))
+    assert fake_grid["calls"] == ["05_unlearn/t__method=npo", "06_attacks/t"]  # the finished runs are skipped
+    leftovers = {k for k in _records(paths.RUNS_DIR) if k.rsplit("/", 1)[-1].startswith(".")}
+    assert {k: v for k, v in _records(paths.RUNS_DIR).items() if k not in leftovers} == reference
+
+
+def test_a_run_whose_inputs_are_recorded_but_not_cached_remakes_them_first(fake_grid, tmp_path):
+    import shutil
+
+    specs = runs.grid("t")
+    runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
+    shutil.rmtree(tmp_path / "cache")  # a fresh machine: records committed, cache empty
+    fake_grid["calls"].clear()
+    log = runs.run_grid(specs, select="06_attacks/")
+    # the attack needs the npo checkpoint, which needs the target: remade in that order, ga untouched
+    assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo", "06_attacks/t"]
+    assert "not in the cache" in log[1]["reason"] and log[1]["run"] == "05_unlearn/t__method=npo"
+    fake_grid["calls"].clear()
+    runs.run_grid(specs, select="06_attacks/")  # everything in place: nothing runs
+    assert fake_grid["calls"] == []
