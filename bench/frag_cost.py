@@ -78,14 +78,15 @@ def main() -> None:
                                   for f in sorted(d.glob("*.safetensors"))), args.repeats)
     ckpt_bytes = frag.SafetensorsCheckpoint(unlearned).size_bytes()
 
-    # `frag score` twice in fresh processes with an empty calibration cache: first it calibrates
+    # `frag score` twice in fresh processes with an empty calibration cache (the original given as
+    # its folder, so that nothing else of the cache is needed): first it calibrates
     # (the original model is built and run), then it finds both calibrations cached (the original
     # is streamed like the unlearned checkpoint); each reports its own peak resident memory
     scores = {}
     with tempfile.TemporaryDirectory() as cache:
         for kind in ("uncached", "cached"):
             t = time.perf_counter()
-            proc = subprocess.run([sys.executable, "-m", "frag_utils", "score", "--original", args.original,
+            proc = subprocess.run([sys.executable, "-m", "frag_utils", "score", "--original", str(original_dir),
                                    "--unlearned", str(unlearned), "--n-calib", str(args.n_calib), "--json"],
                                   capture_output=True, text=True, env={**os.environ, "FRAG_CACHE_DIR": cache})
             if proc.returncode != 0:

@@ -62,7 +62,7 @@ def pair(name: str) -> tuple[Path, Path]:
 
 
 CHILD = r"""
-import json, sys, time, torch
+import json, re, sys, time, torch
 from frag_utils import frag, records
 original, unlearned, repeats = sys.argv[1], sys.argv[2], int(sys.argv[3])
 # both checkpoints streamed tensor by tensor, as `frag score` does with its calibration cached;
@@ -75,7 +75,7 @@ n_params = sum(torch.Size(v).numel() for v in shapes.values())
 g = torch.Generator().manual_seed(0)
 xf = {n: torch.rand(d, generator=g) + 0.1 for n, d in widths.items()}
 xr = {n: torch.rand(d, generator=g) + 0.1 for n, d in widths.items()}
-rss_ready = records.peak_rss_bytes()
+rss_ready = int(re.search(r"VmRSS:\s+(\d+) kB", open("/proc/self/status").read()).group(1)) * 1024  # now, not the peak
 times = []
 for _ in range(repeats):
     t = time.perf_counter()

@@ -263,55 +263,68 @@ def grid(profile: str) -> list[RunSpec]:
 
 
 def made_checkpoints(spec: RunSpec) -> list[Path]:
-    """The cached checkpoints a recorded run made, which later runs read (none for most notebooks).
+    """The local checkpoints a recorded run made or points its readers to (notebook 02's target
+    and gold, notebook 05's unlearned model; for method gold, notebook 02's gold model).
 
     Checkpoints live in the cache, not in the repository: on a fresh machine a run can be recorded
-    while its checkpoint is absent.
+    while its checkpoint is absent (or recorded under another machine's cache path). Hub ids
+    (never absolute paths) are not checkpoints of this machine and are left out.
     """
-    nb, p = spec.notebook.stem, spec.params
-    if nb == "02_target_and_gold":
-        return [paths.checkpoint_dir(p["profile"], "target"), paths.checkpoint_dir(p["profile"], f"gold_{p['forget_split']}")]
-    if nb == "05_unlearn" and (spec.out_dir / RESULTS_FILE).is_file():
-        # the unlearned checkpoint (for method gold, notebook 02's gold model, which it points to)
-        return [Path(json.loads((spec.out_dir / RESULTS_FILE).read_text())["results"]["unlearned"])]
-    return []
+    results_file = spec.out_dir / RESULTS_FILE
+    if spec.notebook.stem not in ("02_target_and_gold", "05_unlearn") or not results_file.is_file():
+        return []
+    results = json.loads(results_file.read_text())["results"]
+    named = list(results.get("checkpoints", {}).values()) if spec.notebook.stem == "02_target_and_gold" \
+        else [results.get("unlearned", "")]
+    return [Path(c) for c in named if c and os.path.isabs(c)]
 
 
-def needed_runs(spec: RunSpec, specs: list[RunSpec]) -> list[RunSpec]:
-    """The runs of ``specs`` whose checkpoints ``spec`` reads: the profile's notebook-02 run for a
-    notebook-05 run on ``profile-target`` (or ``profile-gold``), the named notebook-05 runs for
-    notebooks 06 and 07."""
+def _missing(spec: RunSpec) -> list[Path]:
+    return [c for c in made_checkpoints(spec) if not any(c.glob("*.safetensors"))]
+
+
+def needed_runs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[RunSpec, bool]]:
+    """The runs of ``specs`` that ``spec`` reads from, each with whether it reads only their record
+    (``True``) or also their checkpoints (``False``): the profile's notebook-02 run for any run on
+    ``profile-target`` and for a gold run on ``profile-gold``; the named notebook-05 runs of
+    notebooks 06 and 07; the run a matched-norm notebook-05 run matches (``match_l2_run``, record
+    only). ``unlearned_runs: all`` in notebook 07 names no runs in advance and is not covered."""
     nb, p = spec.notebook.stem, spec.params
     by_name = {(s.notebook.stem, s.name): s for s in specs}
-    names: list[tuple[str, str]] = []
-    if nb == "05_unlearn":
-        makers = [s for s in specs if s.notebook.stem == "02_target_and_gold" and s.params["profile"] == p["profile"]]
-        if p.get("original") == "profile-target" and makers:  # every 02 run of a profile trains its one target
-            names.append(("02_target_and_gold", makers[0].name))
-        if p.get("method") == "gold" and p.get("gold") == "profile-gold":  # the gold of this forget split
-            names += [("02_target_and_gold", s.name) for s in makers if s.params["forget_split"] == p["forget_split"]]
+    makers = [s for s in specs if s.notebook.stem == "02_target_and_gold" and s.params["profile"] == p.get("profile")]
+    names: list[tuple[str, str, bool]] = []
+    if p.get("original") == "profile-target" and makers:  # every 02 run of a profile trains its one target
+        names.append(("02_target_and_gold", makers[0].name, False))
+    if nb == "05_unlearn" and p.get("method") == "gold" and p.get("gold") == "profile-gold":
+        names += [("02_target_and_gold", s.name, False) for s in makers if s.params["forget_split"] == p["forget_split"]]
+    if nb == "05_unlearn" and p.get("match_l2_run"):
+        names.append(("05_unlearn", p["match_l2_run"], True))
     if nb == "06_attacks" and p.get("unlearned_run"):
-        names.append(("05_unlearn", p["unlearned_run"]))
+        names.append(("05_unlearn", p["unlearned_run"], False))
     if nb == "07_ablations" and p.get("unlearned_runs") not in (None, "", "all"):
-        names += [("05_unlearn", n.strip()) for n in p["unlearned_runs"].split(",") if n.strip()]
-    return [by_name[n] for n in dict.fromkeys(names) if n in by_name]
+        names += [("05_unlearn", n.strip(), False) for n in p["unlearned_runs"].split(",") if n.strip()]
+    found: dict[tuple[str, str], bool] = {}
+    for stem, name, record_only in names:
+        if (stem, name) in by_name:
+            found[(stem, name)] = found.get((stem, name), True) and record_only
+    return [(by_name[k], record_only) for k, record_only in found.items()]
 
 
-def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], seen: set) -> None:
-    """Before ``spec`` runs: every run it reads from is run if unrecorded, and rerun if recorded
-    but its checkpoint is missing from the cache (a fresh machine), the runs those need first."""
-    for dep in needed_runs(spec, specs):
+def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checked: set) -> None:
+    """Before ``spec`` runs: every run it reads from is run if unrecorded, and rerun if it is
+    recorded but its checkpoint is missing from the cache (a fresh machine), what those read from
+    first. ``checked`` holds the runs already seen to be in place (or made) during this grid."""
+    for dep, record_only in needed_runs(spec, specs):
         key = (dep.notebook.stem, dep.name)
-        if key in seen:
+        if key in checked or (dep.is_complete() and (record_only or not _missing(dep))):
             continue
-        seen.add(key)
-        missing = [c for c in made_checkpoints(dep) if not any(c.glob("*.safetensors"))]
-        if dep.is_complete() and not missing:
-            continue
-        _restore_needed(dep, specs, log, seen)
-        log.append({**execute(dep, force=bool(missing)), "reason": f"needed by {spec.notebook.stem}/{spec.name}"
-                    + (": its checkpoint is not in the cache" if missing else "")})
-        print(f"{log[-1]['run']}: {log[-1]['status']} ({log[-1]['seconds']} s; {log[-1]['reason']})", flush=True)
+        _restore_needed(dep, specs, log, checked)
+        missing = [] if record_only else _missing(dep)  # after its inputs: 05 gold's checkpoint is 02's
+        if not dep.is_complete() or missing:
+            log.append({**execute(dep, force=bool(missing)), "reason": f"needed by {spec.notebook.stem}/{spec.name}"
+                        + (": its checkpoint is not in the cache" if missing else "")})
+            print(f"{log[-1]['run']}: {log[-1]['status']} ({log[-1]['seconds']} s; {log[-1]['reason']})", flush=True)
+        checked.add(key)
 
 
 def run_grid(specs: list[RunSpec], force: bool = False, select: str | None = None) -> list[dict]:
@@ -322,11 +335,12 @@ def run_grid(specs: list[RunSpec], force: bool = False, select: str | None = Non
     machine, whose cache is empty while the records are committed, can run any selection.
     """
     chosen = [s for s in specs if not select or select in f"{s.notebook.stem}/{s.name}"]
-    log, seen = [], set()
+    log, checked = [], set()
     for spec in progress(chosen, desc="runs", unit="run"):
         if force or not spec.is_complete() or spec.notebook.stem in COLLECTORS:
-            _restore_needed(spec, specs, log, seen)
+            _restore_needed(spec, specs, log, checked)
         log.append(execute(spec, force=force))
-        seen.add((spec.notebook.stem, spec.name))
+        if log[-1]["status"] == "done":  # made here: in place for what follows (a skipped one is checked when needed)
+            checked.add((spec.notebook.stem, spec.name))
         print(f"{log[-1]['run']}: {log[-1]['status']} ({log[-1]['seconds']} s)", flush=True)
     return log

@@ -5,7 +5,7 @@
 # On a fresh clone of this repository (its own .venv, set up by `make setup`) and an empty cache:
 #   1. `make reproduce PROFILE=<profile> FORCE=1` runs the whole grid: the reference records;
 #   2. the records and the cache are removed, the grid is started again and killed (SIGKILL to the
-#      whole process group: runner and kernel) after <kill_after> seconds, then started again
+#      runner's process group and to the notebook kernel) after <kill_after> seconds, then started again
 #      without FORCE, so that it resumes;
 #   3. scripts/compare_records.py compares every results.json of the two runs, leaving out only
 #      what differs between any two runs (wall times, timestamps).
@@ -42,6 +42,11 @@ for k in $kills; do
   sleep "$k"
   if kill -0 "$pid" 2> /dev/null; then
     kill -KILL -- -"$pid" || true
+    # the notebook's kernel runs in a session of its own (jupyter_client starts it so): kill it
+    # too, at once, as a machine going down would, before anything restarts
+    for k in $(pgrep -f ipykernel_launcher || true); do
+      case "$(readlink "/proc/$k/cwd" 2> /dev/null)" in "$work"/*) kill -KILL "$k" || true ;; esac
+    done
     wait "$pid" 2> /dev/null || true
     echo "   killed after $k s ($(ls -d papermill_runs/[0-9]*/"${profile}"* 2> /dev/null | wc -l) run folders so far)"
   else

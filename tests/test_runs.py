@@ -134,8 +134,10 @@ def fake_grid(tmp_path, monkeypatch):
     folder.mkdir(parents=True)
     (folder / "02_target_and_gold.yaml").write_text("{profile: t}\n")
     (folder / "05_unlearn.yaml").write_text("- {profile: t, original: profile-target, method: ga}\n"
-                                            "- {profile: t, original: profile-target, method: npo}\n")
-    (folder / "06_attacks.yaml").write_text("{profile: t, unlearned_run: t__method=npo}\n")
+                                            "- {profile: t, original: profile-target, method: npo}\n"
+                                            "- {profile: t, original: profile-target, method: gold}\n")
+    (folder / "06_attacks.yaml").write_text("- {profile: t, unlearned_run: t__method=npo}\n"
+                                            "- {profile: t, unlearned_run: t__method=gold}\n")
     state = {"calls": [], "kill_at": None}
 
     def fake(input_path, output_path, parameters, **_):
@@ -151,11 +153,15 @@ def fake_grid(tmp_path, monkeypatch):
             for role in ("target", "gold_forget10"):
                 (paths.checkpoint_dir("t", role)).mkdir(parents=True, exist_ok=True)
                 (paths.checkpoint_dir("t", role) / "model.safetensors").write_text("w")
+            results["checkpoints"] = {r: str(paths.checkpoint_dir("t", r)) for r in ("target", "gold_forget10")}
         if nb == "05_unlearn":
             assert (paths.checkpoint_dir("t", "target") / "model.safetensors").is_file(), "05 ran without its target"
-            ckpt = paths.checkpoint_dir("t", f"unlearned/{parameters['run_name']}")
-            ckpt.mkdir(parents=True, exist_ok=True)
-            (ckpt / "model.safetensors").write_text("w")
+            if parameters["method"] == "gold":  # points to notebook 02's gold model
+                ckpt = paths.checkpoint_dir("t", "gold_forget10")
+            else:
+                ckpt = paths.checkpoint_dir("t", f"unlearned/{parameters['run_name']}")
+                ckpt.mkdir(parents=True, exist_ok=True)
+                (ckpt / "model.safetensors").write_text("w")
             results.update(method=parameters["method"], unlearned=str(ckpt))
         if nb == "06_attacks":
             run = paths.RUNS_DIR / "05_unlearn" / parameters["unlearned_run"] / runs.RESULTS_FILE
@@ -178,7 +184,7 @@ def test_a_grid_killed_midway_and_restarted_ends_with_the_records_of_an_uninterr
 
     runs.run_grid(runs.grid("t"))
     reference = _records(paths.RUNS_DIR)
-    assert len(fake_grid["calls"]) == 4
+    assert len(fake_grid["calls"]) == 6
     shutil.rmtree(paths.RUNS_DIR), shutil.rmtree(tmp_path / "cache")
     fake_grid.update(calls=[], kill_at=3)  # killed during the second 05 run
     with pytest.raises(_FakeKill):
@@ -187,7 +193,9 @@ def test_a_grid_killed_midway_and_restarted_ends_with_the_records_of_an_uninterr
     assert not (killed / runs.RESULTS_FILE).exists() and not (killed / "05_unlearn.ipynb").exists()
     fake_grid.update(calls=[], kill_at=None)
     runs.run_grid(runs.grid("t"))
-    assert fake_grid["calls"] == ["05_unlearn/t__method=npo", "06_attacks/t"]  # the finished runs are skipped
+    # the finished runs are skipped
+    assert fake_grid["calls"] == ["05_unlearn/t__method=npo", "05_unlearn/t__method=gold",
+                                  "06_attacks/t__unlearned_run=t__method=npo", "06_attacks/t__unlearned_run=t__method=gold"]
     leftovers = {k for k in _records(paths.RUNS_DIR) if k.rsplit("/", 1)[-1].startswith(".")}
     assert {k: v for k, v in _records(paths.RUNS_DIR).items() if k not in leftovers} == reference
 
@@ -199,10 +207,41 @@ def test_a_run_whose_inputs_are_recorded_but_not_cached_remakes_them_first(fake_
     runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
     shutil.rmtree(tmp_path / "cache")  # a fresh machine: records committed, cache empty
     fake_grid["calls"].clear()
-    log = runs.run_grid(specs, select="06_attacks/")
+    log = runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=npo")
     # the attack needs the npo checkpoint, which needs the target: remade in that order, ga untouched
-    assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo", "06_attacks/t"]
+    assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo",
+                                  "06_attacks/t__unlearned_run=t__method=npo"]
     assert "not in the cache" in log[1]["reason"] and log[1]["run"] == "05_unlearn/t__method=npo"
     fake_grid["calls"].clear()
-    runs.run_grid(specs, select="06_attacks/")  # everything in place: nothing runs
+    runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=npo")  # everything in place: nothing runs
     assert fake_grid["calls"] == []
+
+
+def test_a_whole_grid_on_a_fresh_machine_remakes_what_each_unrecorded_run_reads(fake_grid, tmp_path):
+    import shutil
+
+    specs = runs.grid("t")
+    runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
+    shutil.rmtree(tmp_path / "cache")
+    fake_grid["calls"].clear()
+    runs.run_grid(specs)  # 02 and 05 are skipped as recorded; the attacks need their checkpoints back
+    # the gold run's checkpoint is notebook 02's gold model: back with 02, so 05/gold is not redone
+    assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo",
+                                  "06_attacks/t__unlearned_run=t__method=npo",
+                                  "06_attacks/t__unlearned_run=t__method=gold"]
+
+
+def test_runs_read_for_their_record_only_are_run_when_unrecorded_and_hub_ids_are_not_checkpoints(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "RUNS_DIR", tmp_path / "runs")
+    monkeypatch.setattr(paths, "PARAMS_DIR", tmp_path / "params")
+    folder = tmp_path / "params" / "t"
+    folder.mkdir(parents=True)
+    (folder / "05_unlearn.yaml").write_text("{profile: t, method: frp}\n")  # run "t"
+    (folder / "05_unlearn.m.yaml").write_text("{profile: t, method: sp, match_l2_run: t}\n")
+    specs = runs.grid("t")
+    matched = next(s for s in specs if s.params["match_l2_run"])
+    assert [(d.name, only) for d, only in runs.needed_runs(matched, specs)] == [("t", True)]
+    gold = runs.RunSpec(specs[0].notebook, {**specs[0].params, "method": "gold"}, "hub_gold")
+    gold.out_dir.mkdir(parents=True)
+    (gold.out_dir / runs.RESULTS_FILE).write_text(json.dumps({"results": {"unlearned": "org/some-gold-model"}}))
+    assert runs.made_checkpoints(gold) == []  # a hub id is not a missing local checkpoint
