@@ -13,8 +13,9 @@
 #
 #   scripts/check_resume.sh [profile (tiny)] [kill_after seconds, space-separated ("200 400")]
 # Each kill time counts from the (re)start before it. Prints the comparison; exits non-zero when
-# the records differ. The tiny grid takes about 7 minutes per pass on two free cores (02 about
-# 1 min, the six 05 runs about 3, the three attacks about 2.5); the smol grid about a day.
+# the records differ. One pass of the tiny grid took 13 min here on two cores shared with another
+# job at lower priority (02: 2 min, the six 05 runs: 5 min, the three attacks: 4 min), so the
+# default kills land in notebook 05 and in notebook 06; the smol grid takes about a day.
 set -euo pipefail
 profile=${1:-tiny}
 kills=${2:-"200 400"}
