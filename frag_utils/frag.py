@@ -77,12 +77,23 @@ class SafetensorsCheckpoint:
         with safe_open(str(self.file_of[key]), framework="pt") as h:
             return h.get_tensor(key)
 
-    def shape(self, key: str) -> tuple[int, ...]:
-        """A tensor's shape, from the file's header (nothing is read)."""
+    def rows(self, key: str, start: int, stop: int) -> torch.Tensor:
+        """Rows ``start:stop`` of a tensor (its first dimension), reading only those bytes."""
         from safetensors import safe_open
 
         with safe_open(str(self.file_of[key]), framework="pt") as h:
-            return tuple(h.get_slice(key).get_shape())
+            return h.get_slice(key)[start:stop]
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        """A tensor's shape, from its file's header (read once per file; no tensor is read)."""
+        from safetensors import safe_open
+
+        shapes = self.__dict__.setdefault("_shapes", {})
+        if key not in shapes:
+            file = self.file_of[key]
+            with safe_open(str(file), framework="pt") as h:
+                shapes.update({k: tuple(h.get_slice(k).get_shape()) for k, f in self.file_of.items() if f == file})
+        return shapes[key]
 
     def size_bytes(self) -> int:
         return sum(f.stat().st_size for f in set(self.file_of.values()))
@@ -176,6 +187,56 @@ def _module_type(name: str) -> str:
     return name.rsplit(".", 1)[-1]
 
 
+BLOCK = 1 << 20  # entries per block of rows: the float64 temporaries of one block are a few MB
+
+
+def _shape(source: SafetensorsCheckpoint | dict[str, torch.Tensor], key: str) -> tuple[int, ...]:
+    return source.shape(key) if isinstance(source, SafetensorsCheckpoint) else tuple(source[key].shape)
+
+
+def _row_blocks(original, unlearned, key: str, shape: tuple[int, ...]) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """``(original rows, unlearned rows)`` of one tensor, block by block: a checkpoint on disk is
+    read a block at a time, so memory stays at a few blocks whatever the tensor's size."""
+    if not shape:  # a scalar
+        yield tuple(src[key].reshape(1).cpu() for src in (original, unlearned))
+        return
+    step = max(1, BLOCK // max(1, math.prod(shape[1:])))
+    for start in range(0, shape[0], step):
+        yield tuple(src.rows(key, start, start + step) if isinstance(src, SafetensorsCheckpoint)
+                    else src[key][start:start + step].cpu() for src in (original, unlearned))
+
+
+def _activation_sums(layer: dict, original, unlearned, key: str, shape: tuple[int, ...], xf: torch.Tensor,
+                     xr: torch.Tensor, eps: float) -> None:
+    """Add one layer's inner products to ``layer``, block of rows by block of rows, without
+    forming F and R: with ``F_ij = |W_ij| c_j`` (``c = x_f / (x_r + eps)``, the same for R),
+    ``<F, D> = sum_j c_j sum_i |W_ij| D_ij`` and ``<F, F> = sum_j c_j^2 sum_i W_ij^2``."""
+    name = key[: -len(".weight")]
+    if xf.numel() != shape[1] or xr.numel() != shape[1]:
+        raise FragError(f"Calibration norms of '{name}' do not match its input width {shape[1]}.")
+    _check_finite(xf, f"The forget calibration norm of '{name}'")
+    _check_finite(xr, f"The retain calibration norm of '{name}'")
+    xf, xr = xf.double().cpu(), xr.double().cpu()
+    cf, cr = xf / (xr + eps), xr / (xf + eps)
+    for w0, wu in _row_blocks(original, unlearned, key, shape):
+        w = w0.double()
+        # the original is rounded to the checkpoint's dtype first (a bf16 checkpoint of an fp32
+        # model would otherwise show rounding noise on every weight as an update)
+        d = wu.double().sub_(w if w0.dtype == wu.dtype else w0.to(wu.dtype).double())
+        d.mul_(d)  # D, in place: a block holds three float64 copies at most
+        w2 = (w * w).sum(dim=0)
+        abs_d = w.abs_().mul_(d).sum(dim=0)
+        flat = d.reshape(-1)
+        for k, v in (("fd", abs_d @ cf), ("rd", abs_d @ cr), ("ff", w2 @ cf.pow(2)), ("rr", w2 @ cr.pow(2)),
+                     ("dd", flat @ flat), ("sq_diff", flat.sum())):
+            layer[k] += float(v)
+    if not all(math.isfinite(layer[k]) for k in ("fd", "rd", "ff", "rr", "dd", "sq_diff")):
+        for w0, wu in _row_blocks(original, unlearned, key, shape):  # which one: the message names it
+            _check_finite(w0, f"The original '{key}'")
+            _check_finite(wu, f"The unlearned '{key}'")
+        raise FragError(f"The inner products of '{name}' overflow float64: the weights are too large to score.")
+
+
 def compute_frag(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckpoint | dict[str, torch.Tensor],
                  xf: dict[str, Any], xr: dict[str, Any], gamma: float = 1.0,
                  eps: float = EPS, importance_kind: str = "activation") -> FragResult:
@@ -207,33 +268,30 @@ def compute_frag(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckp
         if key not in keys:
             raise FragError(f"Module '{name}' is missing from the unlearned checkpoint: the two checkpoints "
                             "do not share an architecture.")
-        w0, wu = original[key].cpu(), get(key)
-        if w0.shape != wu.shape:
-            raise FragError(f"'{key}' has shape {tuple(w0.shape)} in the original and {tuple(wu.shape)} in "
+        shape = _shape(original, key)
+        if shape != _shape(unlearned, key):
+            raise FragError(f"'{key}' has shape {shape} in the original and {_shape(unlearned, key)} in "
                             "the unlearned checkpoint: different architectures cannot be compared.")
-        _check_finite(w0, f"The original '{key}'")
-        _check_finite(wu, f"The unlearned '{key}'")
+        layer = {"module": name, "type": _module_type(name), "fd": 0.0, "rd": 0.0, "ff": 0.0, "rr": 0.0, "dd": 0.0,
+                 "sq_diff": 0.0}
         if importance_kind == "activation":
-            if xf[name].numel() != w0.shape[1] or xr[name].numel() != w0.shape[1]:
-                raise FragError(f"Calibration norms of '{name}' do not match its input width {w0.shape[1]}.")
-            _check_finite(xf[name], f"The forget calibration norm of '{name}'")
-            _check_finite(xr[name], f"The retain calibration norm of '{name}'")
-            f, r = importance(w0.double(), xf[name].double().cpu(), xr[name].double().cpu(), eps)
-        else:
+            _activation_sums(layer, original, unlearned, key, shape, xf[name], xr[name], eps)
+        else:  # gradient statistics are whole tensors in memory already
+            w0, wu = original[key].cpu(), get(key)
+            _check_finite(w0, f"The original '{key}'")
+            _check_finite(wu, f"The unlearned '{key}'")
             f, r = gradient_importance(importance_kind, w0, xf[name], xr[name])
             if f.shape != w0.shape or r.shape != w0.shape:
                 raise FragError(f"Gradient statistics of '{name}' do not match its weight {tuple(w0.shape)}.")
             _check_finite(f, f"The forget importance of '{name}'")
             _check_finite(r, f"The retain importance of '{name}'")
-        # the original is rounded to the checkpoint's dtype first (a bf16 checkpoint of an fp32
-        # model would otherwise show rounding noise on every weight as an update)
-        d = (wu.double() - w0.to(wu.dtype).double()).pow(2)
-        layer = {"module": name, "type": _module_type(name),
-                 "fd": float((f * d).sum(dtype=torch.float64)), "rd": float((r * d).sum(dtype=torch.float64)),
-                 "ff": float(f.pow(2).sum(dtype=torch.float64)), "rr": float(r.pow(2).sum(dtype=torch.float64)),
-                 "dd": float(d.pow(2).sum(dtype=torch.float64)), "sq_diff": float(d.sum(dtype=torch.float64))}
+            # the original is rounded to the checkpoint's dtype first (a bf16 checkpoint of an fp32
+            # model would otherwise show rounding noise on every weight as an update)
+            d = (wu.double() - w0.to(wu.dtype).double()).pow(2)
+            for k, v in (("fd", f * d), ("rd", r * d), ("ff", f.pow(2)), ("rr", r.pow(2)), ("dd", d.pow(2)), ("sq_diff", d)):
+                layer[k] += float(v.sum(dtype=torch.float64))
         fd, rd, ff, rr, dd = fd + layer["fd"], rd + layer["rd"], ff + layer["ff"], rr + layer["rr"], dd + layer["dd"]
-        n_params += w0.numel()
+        n_params += math.prod(shape)
         per_layer.append(layer)
     if dd == 0.0:
         raise FragError("The unlearned weights equal the original ones on every scored module (D = 0): "
@@ -266,21 +324,23 @@ def global_l2(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckpoin
 
     A tied output head stored once counts once.
     """
-    get = unlearned.get if isinstance(unlearned, SafetensorsCheckpoint) else unlearned.__getitem__
     shared = sorted(set(original) & set(unlearned.keys()))
     if not shared:
         raise FragError("The two checkpoints share no tensor names: different architectures.")
     total = 0.0
     for key in sorted(set(shared) - set(skip)):
-        a, b = original[key].cpu(), get(key)
-        if a.shape != b.shape:
-            raise FragError(f"'{key}' has shape {tuple(a.shape)} in the original and {tuple(b.shape)} in the "
+        shape = _shape(original, key)
+        if shape != _shape(unlearned, key):
+            raise FragError(f"'{key}' has shape {shape} in the original and {_shape(unlearned, key)} in the "
                             "unlearned checkpoint: different architectures cannot be compared.")
-        _check_finite(a, f"The original '{key}'")
-        _check_finite(b, f"The unlearned '{key}'")
-        a, b = a.to(b.dtype).reshape(-1), b.reshape(-1)
-        for start in range(0, a.numel(), 1 << 20):  # blocks keep the float64 copies small (8 MB)
-            total += float((b[start:start + (1 << 20)].double() - a[start:start + (1 << 20)].double()).pow(2).sum())
+        part = sum(float((b.double() - a.to(b.dtype).double()).pow(2).sum())
+                   for a, b in _row_blocks(original, unlearned, key, shape))
+        if not math.isfinite(part):  # NaN or inf in either: say which
+            for a, b in _row_blocks(original, unlearned, key, shape):
+                _check_finite(a, f"The original '{key}'")
+                _check_finite(b, f"The unlearned '{key}'")
+            raise FragError(f"The squared difference of '{key}' overflows float64.")
+        total += part
     return math.sqrt(total)
 
 

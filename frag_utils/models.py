@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM
+# transformers is imported where a model or tokenizer is built: it takes seconds and some 150 MB,
+# which `frag score` on two checkpoints on disk (nothing built) does without
 
 from . import paths
 from .progress import quiet_transformers
@@ -66,7 +67,7 @@ def _smollm2_cache() -> Path:
     folder = paths.model_cache_dir(SMOLLM2)
     if _is_complete_checkpoint(folder) and (folder / "tokenizer_config.json").is_file():
         return folder
-    from transformers import GgufConfig  # needs the 'gguf' package
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig  # GgufConfig needs 'gguf'
 
     gguf = smollm2_gguf_path()
     with quiet_transformers():
@@ -101,6 +102,8 @@ def load_tokenizer(name_or_path: str) -> Any:
         folder = _smollm2_cache()
     else:
         folder = _resolve_path_or_hub(name_or_path)
+    from transformers import AutoTokenizer
+
     with quiet_transformers():
         tokenizer = AutoTokenizer.from_pretrained(folder)
     return _with_pad_token(tokenizer)
@@ -112,13 +115,15 @@ def _with_pad_token(tokenizer: Any) -> Any:
     return tokenizer
 
 
-def build_tiny_model(vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
+def build_tiny_model(vocab_size: int, seed: int = 0) -> "LlamaForCausalLM":  # noqa: F821
     """A seeded, randomly initialised small Llama (2 blocks, width 64).
 
     Args:
         vocab_size: size of the tokenizer's vocabulary.
         seed: initialisation seed; the same seed gives the same weights.
     """
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     config = LlamaConfig(vocab_size=vocab_size, **TINY_CONFIG)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -162,6 +167,8 @@ def load_model(name_or_path: str, dtype: torch.dtype = torch.float32, device: st
         tokenizer = load_tokenizer(SMOLLM2)
         model = build_tiny_model(len(tokenizer), seed=seed)
     else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
         source = _smollm2_cache() if name_or_path == SMOLLM2 else _resolve_path_or_hub(name_or_path)
         try:
             with quiet_transformers():

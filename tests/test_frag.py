@@ -187,3 +187,19 @@ def test_score_pair_streams_the_original_when_calibration_is_cached_with_the_sam
                                       calibration.select_modules(model, "all"), cfg)
     dense = _dense_frag(w0, frag.state_dict_of(edited), xf, xr, 1.0)
     assert again["frag"] == pytest.approx(dense[0], rel=1e-9)
+
+
+def test_blocks_of_rows_change_nothing(setup, tokenizer, tmp_path, monkeypatch):
+    model, w0, xf, xr = setup
+    wu = _perturbed(w0, seed=3)
+    whole = frag.compute_frag(w0, wu, xf, xr)
+    edited = copy.deepcopy(model)
+    edited.load_state_dict(wu, strict=False)
+    models.save_checkpoint(model, tokenizer, tmp_path / "orig")
+    models.save_checkpoint(edited, tokenizer, tmp_path / "unl")
+    monkeypatch.setattr(frag, "BLOCK", 100)  # a few rows per block, from disk and from memory
+    for a, b in ((w0, wu), (frag.SafetensorsCheckpoint(tmp_path / "orig"), frag.SafetensorsCheckpoint(tmp_path / "unl"))):
+        blocked = frag.compute_frag(a, b, xf, xr)
+        for key in ("frag", "a_f", "a_r", "l2_all", "l2_scored"):
+            assert getattr(blocked, key) == pytest.approx(getattr(whole, key), rel=1e-10), key
+    assert frag.SafetensorsCheckpoint(tmp_path / "unl").rows("model.embed_tokens.weight", 5, 9).shape[0] == 4
