@@ -28,11 +28,21 @@ from frag_utils import attacks, calibration, data, frag, models, paths, pruning,
 
 
 def default_pair() -> tuple[str, str]:
-    """The smol target and its NPO-unlearned checkpoint (from the 05 record), when made."""
+    """The smol target and its NPO-unlearned checkpoint (from the 05 record), when made; else
+    (a fresh machine: records committed, cache empty) the base model and an FRP prune of it, made
+    here once. The timings depend on the architecture, not on which update it is."""
     target = paths.checkpoint_dir("smol", "target")
+    original = str(target) if models.is_checkpoint(target) else models.SMOLLM2
     record = paths.RUNS_DIR / "05_unlearn" / "smol__method=npo" / "results.json"
     unlearned = records.read_json(record)["results"]["unlearned"] if record.is_file() else ""
-    return (str(target) if models.is_checkpoint(target) else models.SMOLLM2), unlearned
+    return original, unlearned
+
+
+def fallback_unlearned(original: str) -> str:
+    out = paths.cache_dir() / "bench" / "frp_pruned_small_calibration"
+    if not models.is_checkpoint(out):
+        pruning.prune_checkpoint(original, out, method="frp", sparsity=0.03, calib=calibration.CalibConfig(n=16))
+    return str(out)
 
 
 def main() -> None:
@@ -51,9 +61,12 @@ def main() -> None:
         sd, _ = pruning.edited_copy(model, lambda mods: {n: m.weight.data.mul_(0.99) for n, m in mods.items()})
         model.load_state_dict(sd, strict=False)
         models.save_checkpoint(model, tok, args.unlearned)
-    if not models.is_checkpoint(args.unlearned):
-        sys.exit(f"No unlearned checkpoint at {args.unlearned}: run `make reproduce` first (the smol NPO run), "
-                 "or pass --unlearned.")
+    if not args.unlearned or not models.is_checkpoint(args.unlearned):
+        if args.unlearned != parser.get_default("unlearned"):
+            sys.exit(f"No unlearned checkpoint at {args.unlearned}: pass a checkpoint directory.")
+        print(f"The smol NPO checkpoint is not in the cache ({args.unlearned or 'no record'}): timing an FRP "
+              "prune of the original instead.", flush=True)
+        args.unlearned = fallback_unlearned(args.original)
     forget = data.load_split("synthetic", "forget10", limit)
     retain = data.load_split("synthetic", "retain90", limit)
     cfg = calibration.CalibConfig(n=128)
