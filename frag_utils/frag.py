@@ -55,6 +55,7 @@ class SafetensorsCheckpoint:
             for f in files:
                 with safe_open(str(f), framework="pt") as h:
                     self.file_of.update({k: f for k in h.keys()})
+        self._shapes: dict[str, tuple[int, ...]] = {}  # filled a file at a time by shape()
 
     def keys(self) -> list[str]:
         return list(self.file_of)
@@ -88,12 +89,11 @@ class SafetensorsCheckpoint:
         """A tensor's shape, from its file's header (read once per file; no tensor is read)."""
         from safetensors import safe_open
 
-        shapes = self.__dict__.setdefault("_shapes", {})
-        if key not in shapes:
+        if key not in self._shapes:
             file = self.file_of[key]
             with safe_open(str(file), framework="pt") as h:
-                shapes.update({k: tuple(h.get_slice(k).get_shape()) for k, f in self.file_of.items() if f == file})
-        return shapes[key]
+                self._shapes.update({k: tuple(h.get_slice(k).get_shape()) for k, f in self.file_of.items() if f == file})
+        return self._shapes[key]
 
     def size_bytes(self) -> int:
         return sum(f.stat().st_size for f in set(self.file_of.values()))
@@ -206,6 +206,15 @@ def _row_blocks(original, unlearned, key: str, shape: tuple[int, ...]) -> Iterat
                     else src[key][start:start + step].cpu() for src in (original, unlearned))
 
 
+def _raise_for_nonfinite(original, unlearned, key: str, shape: tuple[int, ...], overflow: str) -> None:
+    """After sums over ``key`` came out NaN or inf: name the checkpoint holding a NaN/inf weight,
+    or, if both are finite, raise ``overflow``."""
+    for w0, wu in _row_blocks(original, unlearned, key, shape):
+        _check_finite(w0, f"The original '{key}'")
+        _check_finite(wu, f"The unlearned '{key}'")
+    raise FragError(overflow)
+
+
 def _activation_sums(layer: dict, original, unlearned, key: str, shape: tuple[int, ...], xf: torch.Tensor,
                      xr: torch.Tensor, eps: float) -> None:
     """Add one layer's inner products to ``layer``, block of rows by block of rows, without
@@ -231,10 +240,8 @@ def _activation_sums(layer: dict, original, unlearned, key: str, shape: tuple[in
                      ("dd", flat @ flat), ("sq_diff", flat.sum())):
             layer[k] += float(v)
     if not all(math.isfinite(layer[k]) for k in ("fd", "rd", "ff", "rr", "dd", "sq_diff")):
-        for w0, wu in _row_blocks(original, unlearned, key, shape):  # which one: the message names it
-            _check_finite(w0, f"The original '{key}'")
-            _check_finite(wu, f"The unlearned '{key}'")
-        raise FragError(f"The inner products of '{name}' overflow float64: the weights are too large to score.")
+        _raise_for_nonfinite(original, unlearned, key, shape,
+                             f"The inner products of '{name}' overflow float64: the weights are too large to score.")
 
 
 def compute_frag(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckpoint | dict[str, torch.Tensor],
@@ -336,10 +343,7 @@ def global_l2(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckpoin
         part = sum(float((b.double() - a.to(b.dtype).double()).pow(2).sum())
                    for a, b in _row_blocks(original, unlearned, key, shape))
         if not math.isfinite(part):  # NaN or inf in either: say which
-            for a, b in _row_blocks(original, unlearned, key, shape):
-                _check_finite(a, f"The original '{key}'")
-                _check_finite(b, f"The unlearned '{key}'")
-            raise FragError(f"The squared difference of '{key}' overflows float64.")
+            _raise_for_nonfinite(original, unlearned, key, shape, f"The squared difference of '{key}' overflows float64.")
         total += part
     return math.sqrt(total)
 
