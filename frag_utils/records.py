@@ -34,14 +34,25 @@ def seed_everything(seed: int) -> None:
     os.environ["PYTHONHASHSEED"] = str(seed)
 
 
-def git_commit() -> dict:
-    """The repository's HEAD commit and whether the work tree had uncommitted changes."""
+# What runs write (records, collected tables, benchmark results): a change there is an output, not
+# a change of the code that made it. Rerunning a recorded run deletes its own tracked results first,
+# which would otherwise mark every rerun dirty. Parameter files (papermill_runs/params) do count.
+OUTPUT_PATHSPECS = (":(exclude,glob)papermill_runs/[0-9]*/**", ":(exclude)figures", ":(exclude)bench/results")
+
+
+def git_commit(root: str | os.PathLike | None = None) -> dict:
+    """The repository's HEAD commit and whether tracked files other than outputs had uncommitted
+    changes (``dirty``; see ``OUTPUT_PATHSPECS``).
+
+    Args:
+        root: the repository (default: this one).
+    """
     def git(*args):
-        return subprocess.run(["git", *args], cwd=paths.REPO_ROOT, capture_output=True, text=True,
+        return subprocess.run(["git", *args], cwd=root or paths.REPO_ROOT, capture_output=True, text=True,
                               timeout=10).stdout.strip()
     try:
         return {"commit": git("rev-parse", "HEAD") or None,
-                "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+                "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", *OUTPUT_PATHSPECS))}
     except (OSError, subprocess.SubprocessError):
         return {"commit": None, "dirty": None}
 

@@ -36,3 +36,31 @@ def test_peak_rss_of_a_fresh_process_is_its_own_not_its_parents():
                            capture_output=True, text=True, check=True)
     assert parent >= 400 * 2**20 and 0 < int(child.stdout) < parent - 300 * 2**20
     del held
+
+
+def test_git_commit_is_dirty_for_changed_code_and_params_but_not_for_changed_outputs(tmp_path):
+    import subprocess
+
+    def git(*args):
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
+                       capture_output=True)
+
+    files = ["frag_utils/x.py", "papermill_runs/params/smol/05_unlearn.yaml", "papermill_runs/05_unlearn/smol/results.json",
+             "figures/smol/t.md", "bench/results/b.json"]
+    for f in files:
+        (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / f).write_text("a\n")
+    git("init", "-q")
+    git("add", ".")
+    git("commit", "-qm", "init")
+    head = records.git_commit(tmp_path)
+    assert len(head["commit"]) == 40 and head["dirty"] is False
+    for f in files[2:]:  # outputs: a rerun deletes or rewrites its own tracked record
+        (tmp_path / f).unlink()
+    (tmp_path / "papermill_runs/05_unlearn/smol/new.csv").write_text("untracked\n")
+    assert records.git_commit(tmp_path)["dirty"] is False
+    for f in files[:2]:  # the code and the parameter files are what the record must be traceable to
+        (tmp_path / f).write_text("b\n")
+        assert records.git_commit(tmp_path)["dirty"] is True
+        git("checkout", "--", f)
+    assert records.git_commit(tmp_path)["dirty"] is False
