@@ -37,19 +37,22 @@ def seed_everything(seed: int) -> None:
 # What runs write (records, collected tables, benchmark results): a change there is an output, not
 # a change of the code that made it. Rerunning a recorded run deletes its own tracked results first,
 # which would otherwise mark every rerun dirty. Parameter files (papermill_runs/params) do count.
+# A record read by a later run (a 05 record read by 06, 07, 09) is then an input that "dirty" does
+# not cover; the reading run lists it among its sources, each with its own provenance.
 OUTPUT_PATHSPECS = (":(exclude,glob)papermill_runs/[0-9]*/**", ":(exclude)figures", ":(exclude)bench/results")
 
 
 def git_commit(root: str | os.PathLike | None = None) -> dict:
     """The repository's HEAD commit and whether tracked files other than outputs had uncommitted
-    changes (``dirty``; see ``OUTPUT_PATHSPECS``).
+    changes (``dirty``; see ``OUTPUT_PATHSPECS``); both ``None`` where git cannot tell (no git, not
+    a repository).
 
     Args:
         root: the repository (default: this one).
     """
-    def git(*args):
+    def git(*args):  # a failing git (no repository, a rejected pathspec) must not read as "clean"
         return subprocess.run(["git", *args], cwd=root or paths.REPO_ROOT, capture_output=True, text=True,
-                              timeout=10).stdout.strip()
+                              timeout=10, check=True).stdout.strip()
     try:
         return {"commit": git("rev-parse", "HEAD") or None,
                 "dirty": bool(git("status", "--porcelain", "--untracked-files=no", "--", ".", *OUTPUT_PATHSPECS))}

@@ -42,9 +42,10 @@ def test_git_commit_is_dirty_for_changed_code_and_params_but_not_for_changed_out
     import subprocess
 
     def git(*args):
-        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=tmp_path, check=True,
-                       capture_output=True)
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", *args],
+                       cwd=tmp_path, check=True, capture_output=True)
 
+    assert records.git_commit(tmp_path) == {"commit": None, "dirty": None}  # not a repository: unknown, not clean
     files = ["frag_utils/x.py", "papermill_runs/params/smol/05_unlearn.yaml", "papermill_runs/05_unlearn/smol/results.json",
              "figures/smol/t.md", "bench/results/b.json"]
     for f in files:
@@ -55,9 +56,11 @@ def test_git_commit_is_dirty_for_changed_code_and_params_but_not_for_changed_out
     git("commit", "-qm", "init")
     head = records.git_commit(tmp_path)
     assert len(head["commit"]) == 40 and head["dirty"] is False
-    for f in files[2:]:  # outputs: a rerun deletes or rewrites its own tracked record
+    for f in files[2:]:  # outputs: a rerun deletes its own tracked record, then writes it anew
         (tmp_path / f).unlink()
-    (tmp_path / "papermill_runs/05_unlearn/smol/new.csv").write_text("untracked\n")
+    assert records.git_commit(tmp_path)["dirty"] is False
+    for f in files[2:]:
+        (tmp_path / f).write_text("rewritten\n")
     assert records.git_commit(tmp_path)["dirty"] is False
     for f in files[:2]:  # the code and the parameter files are what the record must be traceable to
         (tmp_path / f).write_text("b\n")
