@@ -27,7 +27,7 @@ BLOCKS = {
     "smol-ablation": "figures/smol/ablation_importance.md",
     "smol-frp-ablation": "figures/smol/frp_ablation.md",
     **{f"smol-variant-{v}": f"figures/smol/variant_{v}_delta_es.md"
-       for v in ("lr", "optimizer", "data", "lora", "horizon")},
+       for v in ("lr", "optimizer", "data", "lora", "horizon", "seeds")},
     "bench": "bench/results/summary.md",
 }
 

@@ -45,8 +45,8 @@ for k in $kills; do
     kill -KILL -- -"$pid" || true
     # the notebook's kernel runs in a session of its own (jupyter_client starts it so): kill it
     # too, at once, as a machine going down would, before anything restarts
-    for k in $(pgrep -f ipykernel_launcher || true); do
-      case "$(readlink "/proc/$k/cwd" 2> /dev/null)" in "$work"/*) kill -KILL "$k" || true ;; esac
+    for kernel in $(pgrep -f ipykernel_launcher || true); do
+      case "$(readlink "/proc/$kernel/cwd" 2> /dev/null)" in "$work"/*) kill -KILL "$kernel" || true ;; esac
     done
     wait "$pid" 2> /dev/null || true
     echo "   killed after $k s ($(ls -d papermill_runs/[0-9]*/"${profile}"* 2> /dev/null | wc -l) run folders so far)"
