@@ -12,6 +12,7 @@ from . import paths
 
 BLOCKS = {
     "smol-models": "papermill_runs/02_target_and_gold/smol/models.md",
+    "smol-models-remade": "papermill_runs/02_target_and_gold/smol.remade_2026-11-25/models.md",
     "smol-utility": "papermill_runs/02_target_and_gold/smol/utility_components.md",
     "smol-frag": "papermill_runs/04_frag/smol/scores.md",
     "smol-methods": "figures/smol/methods.md",
@@ -27,7 +28,7 @@ BLOCKS = {
     "smol-ablation": "figures/smol/ablation_importance.md",
     "smol-frp-ablation": "figures/smol/frp_ablation.md",
     **{f"smol-variant-{v}": f"figures/smol/variant_{v}_delta_es.md"
-       for v in ("lr", "optimizer", "data", "lora", "horizon", "seeds")},
+       for v in ("lr", "optimizer", "data", "lora", "horizon")},
     "bench": "bench/results/summary.md",
 }
 

@@ -88,8 +88,26 @@ def environment() -> dict:
     return {
         "python": sys.version.split()[0], "platform": platform.platform(), "packages": versions,
         "device": "cuda:" + torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
-        "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), **cpu_description(),
     }
+
+
+# CPU features that change which kernels torch's bf16 (autocast) matmuls run on, and so their
+# rounding: the same code on two CPUs trains to different weights (README, "Reproducibility")
+BF16_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
+
+
+def cpu_description() -> dict:
+    """The CPU's model name, torch's CPU capability (the kernels it dispatches to) and the
+    bf16-relevant flags, where the machine tells (Linux ``/proc/cpuinfo``)."""
+    out = {"cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return out
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), None)
+    flags = next((set(line.split(":", 1)[1].split()) for line in info.splitlines() if line.startswith("flags")), set())
+    return {**out, "cpu_model": model, "cpu_flags": [f for f in BF16_FLAGS if f in flags]}
 
 
 def provenance(source: str, params: dict | None = None, seed: int | None = None) -> dict:

@@ -38,6 +38,37 @@ class RunError(ValueError):
     """A run that cannot start: unknown notebook or parameter, wrong type, missing file."""
 
 
+class RemadeDiffers(RunError):
+    """A recorded run remade for its missing checkpoint came out different from its record."""
+
+
+# What differs between any two runs of one notebook with the same parameters: wall times, the
+# time of writing, and the traces of an interrupted run (the step a training resumed from,
+# whether a checkpoint saved before the kill was reused).
+VOLATILE_KEYS = ("written_at", "resumed_from", "reused")
+
+
+def record_differences(a: Any, b: Any, path: str = "") -> list[str]:
+    """Where two records (JSON values) differ, volatile keys (``VOLATILE_KEYS``, ``*seconds``) left
+    out; numbers are compared exactly (NaN equals NaN). Each difference: its path and both values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted(set(a) | set(b)):
+            if k.endswith("seconds") or k in VOLATILE_KEYS:
+                continue
+            if k not in a or k not in b:
+                out.append(f"{path}/{k}: only in {'the first' if k in a else 'the second'}")
+            else:
+                out += record_differences(a[k], b[k], f"{path}/{k}")
+        return out
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return [f"{path}: {len(a)} items against {len(b)}"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in record_differences(x, y, f"{path}[{i}]")]
+    same = a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+    return [] if same else [f"{path}: {a!r} against {b!r}"]
+
+
 def resolve_notebook(name: str) -> Path:
     """``02_target_and_gold``, ``02_target_and_gold.ipynb`` or a path -> the notebook file."""
     candidates = [Path(name), paths.NOTEBOOKS_DIR / name, paths.NOTEBOOKS_DIR / f"{name}.ipynb"]
@@ -321,10 +352,31 @@ def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checke
         _restore_needed(dep, specs, log, checked)
         missing = [] if record_only else _missing(dep)  # after its inputs: 05 gold's checkpoint is 02's
         if not dep.is_complete() or missing:
+            recorded = json.loads((dep.out_dir / RESULTS_FILE).read_text())["results"] if missing else None
             log.append({**execute(dep, force=bool(missing)), "reason": f"needed by {spec.notebook.stem}/{spec.name}"
                         + (": its checkpoint is not in the cache" if missing else "")})
             print(f"{log[-1]['run']}: {log[-1]['status']} ({log[-1]['seconds']} s; {log[-1]['reason']})", flush=True)
+            if missing:
+                _check_remade(dep, recorded)
         checked.add(key)
+
+
+def _check_remade(spec: RunSpec, recorded: dict) -> None:
+    """Stop the grid when a run remade for its missing checkpoint does not reproduce its record.
+
+    The other recorded runs were made from the checkpoint the record describes; a run made now
+    would read a different one, and the grid would mix the two without a trace in the tables.
+    """
+    diff = record_differences(recorded, json.loads((spec.out_dir / RESULTS_FILE).read_text())["results"])
+    if diff:
+        where = spec.out_dir.relative_to(paths.REPO_ROOT) if spec.out_dir.is_relative_to(paths.REPO_ROOT) else spec.out_dir
+        raise RemadeDiffers(
+            f"{spec.notebook.stem}/{spec.name} was remade because its checkpoint is not in the cache, and the remade "
+            f"run differs from its record in {len(diff)} place(s), e.g. {'; '.join(diff[:3])}. The records that read "
+            f"the old checkpoint were not made from the new one, so nothing more was run. Training on another machine "
+            f"is not bit-reproducible here (README, 'Reproducibility'). Either put the original checkpoint in the "
+            f"cache and restore the record (git checkout -- {where}), or rerun the whole profile (FORCE=1) so that "
+            f"every record reads the new one; the remade record is left in place, as it describes the cached checkpoint.")
 
 
 def run_grid(specs: list[RunSpec], force: bool = False, select: str | None = None) -> list[dict]:

@@ -57,5 +57,5 @@ for k in $kills; do
 done
 echo "== resumed ($(date -u +%T))"
 make reproduce PROFILE="$profile" > "$work/resumed.log" 2>&1
-python3 "$repo/scripts/compare_records.py" "$work/reference/papermill_runs" papermill_runs --profile "$profile"
+.venv/bin/python "$repo/scripts/compare_records.py" "$work/reference/papermill_runs" papermill_runs --profile "$profile"
 echo "(work folder: $work)"

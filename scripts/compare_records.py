@@ -5,9 +5,10 @@ must be identical once what differs between any two runs is left out: wall times
 ``seconds``), the time of writing, and the traces of an interrupted run: the step a training
 resumed from (``resumed_from``) and whether a checkpoint saved before the kill was reused
 (``reused``).
-Numbers are compared exactly; a difference is reported with its path and both values.
+Numbers are compared exactly; a difference is reported with its path and both values (the
+comparison is ``frag_utils.runs.record_differences``, which the runner also uses to check a remade run).
 
-    python scripts/compare_records.py REFERENCE_RUNS OTHER_RUNS [--profile tiny]
+    .venv/bin/python scripts/compare_records.py REFERENCE_RUNS OTHER_RUNS [--profile tiny]
 Exits 1 when the records differ.
 """
 from __future__ import annotations
@@ -17,31 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-VOLATILE = ("written_at", "resumed_from", "reused")
-
-
-def volatile(key: str) -> bool:
-    return key.endswith("seconds") or key in VOLATILE
-
-
-def differences(a, b, path: str = "") -> list[str]:
-    """Where two JSON values differ, volatile keys left out."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out = []
-        for k in sorted(set(a) | set(b)):
-            if volatile(k):
-                continue
-            if k not in a or k not in b:
-                out.append(f"{path}/{k}: only in {'the reference' if k in a else 'the other'}")
-            else:
-                out += differences(a[k], b[k], f"{path}/{k}")
-        return out
-    if isinstance(a, list) and isinstance(b, list):
-        if len(a) != len(b):
-            return [f"{path}: {len(a)} items against {len(b)}"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}[{i}]")]
-    same = a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)  # NaN == NaN here
-    return [] if same else [f"{path}: {a!r} against {b!r}"]
+from frag_utils.runs import record_differences
 
 
 def run_folders(root: Path, profile: str) -> dict[str, Path]:
@@ -69,7 +46,7 @@ def main() -> int:
             problems.append(f"{run}: half-written files left behind: {leftovers}")
         res_a, res_b = ref[run] / "results.json", other[run] / "results.json"
         if res_a.is_file() and res_b.is_file():
-            diff = differences(json.loads(res_a.read_text()), json.loads(res_b.read_text()))
+            diff = record_differences(json.loads(res_a.read_text()), json.loads(res_b.read_text()))
             problems += [f"{run}: {d}" for d in diff]
             compared += 1
     print(f"{len(ref)} run folders in the reference, {len(other)} in the other; {compared} results.json compared")

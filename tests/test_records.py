@@ -67,3 +67,11 @@ def test_git_commit_is_dirty_for_changed_code_and_params_but_not_for_changed_out
         assert records.git_commit(tmp_path)["dirty"] is True
         git("checkout", "--", f)
     assert records.git_commit(tmp_path)["dirty"] is False
+
+
+def test_environment_names_the_cpu_features_that_decide_bf16_kernels():
+    env = records.environment()
+    assert isinstance(env["cpu_capability"], str) and env["cpu_capability"]  # e.g. AVX512, AVX2, DEFAULT
+    if "cpu_flags" in env:  # Linux: read from /proc/cpuinfo, only the flags that matter, in a fixed order
+        assert env["cpu_flags"] == [f for f in records.BF16_FLAGS if f in env["cpu_flags"]]
+        assert ("avx2" in env["cpu_flags"]) == (" avx2" in open("/proc/cpuinfo").read())

@@ -138,7 +138,7 @@ def fake_grid(tmp_path, monkeypatch):
                                             "- {profile: t, original: profile-target, method: gold}\n")
     (folder / "06_attacks.yaml").write_text("- {profile: t, unlearned_run: t__method=npo}\n"
                                             "- {profile: t, unlearned_run: t__method=gold}\n")
-    state = {"calls": [], "kill_at": None}
+    state = {"calls": [], "kill_at": None, "target_es": 0.9}
 
     def fake(input_path, output_path, parameters, **_):
         nb = input_path.rsplit("/", 1)[-1].removesuffix(".ipynb")
@@ -154,6 +154,7 @@ def fake_grid(tmp_path, monkeypatch):
                 (paths.checkpoint_dir("t", role)).mkdir(parents=True, exist_ok=True)
                 (paths.checkpoint_dir("t", role) / "model.safetensors").write_text("w")
             results["checkpoints"] = {r: str(paths.checkpoint_dir("t", r)) for r in ("target", "gold_forget10")}
+            results["evaluation"] = {"target": {"es": state["target_es"]}}
         if nb == "05_unlearn":
             assert (paths.checkpoint_dir("t", "target") / "model.safetensors").is_file(), "05 ran without its target"
             if parameters["method"] == "gold":  # points to notebook 02's gold model
@@ -229,6 +230,28 @@ def test_a_whole_grid_on_a_fresh_machine_remakes_what_each_unrecorded_run_reads(
     assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo",
                                   "06_attacks/t__unlearned_run=t__method=npo",
                                   "06_attacks/t__unlearned_run=t__method=gold"]
+
+
+def test_a_remade_checkpoint_that_does_not_reproduce_its_record_stops_the_grid(fake_grid, tmp_path):
+    import shutil
+
+    specs = runs.grid("t")
+    runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
+    shutil.rmtree(tmp_path / "cache")  # a fresh machine, whose training comes out otherwise
+    fake_grid.update(calls=[], target_es=0.8)
+    with pytest.raises(runs.RemadeDiffers, match=r"02_target_and_gold/t .*/evaluation/target/es: 0\.9 against 0\.8"):
+        runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=npo")
+    assert fake_grid["calls"] == ["02_target_and_gold/t"]  # nothing was made from the new target
+    # the remade record stays: it describes the checkpoint now in the cache
+    record = json.loads((paths.RUNS_DIR / "02_target_and_gold" / "t" / runs.RESULTS_FILE).read_text())
+    assert record["results"]["evaluation"]["target"]["es"] == 0.8
+
+
+def test_record_differences_leave_out_wall_times_and_name_each_difference():
+    a = {"x": [1, 2.0, float("nan")], "train_seconds": 3, "written_at": "t1", "y": {"z": "a"}}
+    b = {"x": [1, 2.5, float("nan")], "train_seconds": 4, "written_at": "t2", "y": {"z": "a", "w": 1}}
+    assert runs.record_differences(a, b) == ["/x[1]: 2.0 against 2.5", "/y/w: only in the second"]
+    assert runs.record_differences(a, a) == [] and runs.record_differences([1], [1, 2]) == [": 1 items against 2"]
 
 
 def test_runs_read_for_their_record_only_are_run_when_unrecorded_and_hub_ids_are_not_checkpoints(tmp_path, monkeypatch):
