@@ -29,6 +29,7 @@ BLOCKS = {
     "smol-frp-ablation": "figures/smol/frp_ablation.md",
     **{f"smol-variant-{v}": f"figures/smol/variant_{v}_delta_es.md"
        for v in ("lr", "optimizer", "data", "lora", "horizon")},
+    "smol-seeds": "figures/smol_seeds/variant_seeds_delta_es.md",
     "bench": "bench/results/summary.md",
 }
 
