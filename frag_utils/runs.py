@@ -48,9 +48,10 @@ class RemadeDiffers(RunError):
 VOLATILE_KEYS = ("written_at", "resumed_from", "reused")
 
 
-def record_differences(a: Any, b: Any, path: str = "") -> list[str]:
+def record_differences(a: Any, b: Any, path: str = "", any_location: bool = False) -> list[str]:
     """Where two records (JSON values) differ, volatile keys (``VOLATILE_KEYS``, ``*seconds``) left
-    out; numbers are compared exactly (NaN equals NaN). Each difference: its path and both values."""
+    out; numbers are compared exactly (NaN equals NaN). Each difference: its path and both values.
+    With ``any_location``, two absolute file paths count as the same (checkpoints in two caches)."""
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
         for k in sorted(set(a) | set(b)):
@@ -59,13 +60,14 @@ def record_differences(a: Any, b: Any, path: str = "") -> list[str]:
             if k not in a or k not in b:
                 out.append(f"{path}/{k}: only in {'the first' if k in a else 'the second'}")
             else:
-                out += record_differences(a[k], b[k], f"{path}/{k}")
+                out += record_differences(a[k], b[k], f"{path}/{k}", any_location)
         return out
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return [f"{path}: {len(a)} items against {len(b)}"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in record_differences(x, y, f"{path}[{i}]")]
-    same = a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b)
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in record_differences(x, y, f"{path}[{i}]", any_location)]
+    same = a == b or (isinstance(a, float) and isinstance(b, float) and a != a and b != b) or (
+        any_location and isinstance(a, str) and isinstance(b, str) and os.path.isabs(a) and os.path.isabs(b))
     return [] if same else [f"{path}: {a!r} against {b!r}"]
 
 
@@ -367,7 +369,10 @@ def _check_remade(spec: RunSpec, recorded: dict) -> None:
     The other recorded runs were made from the checkpoint the record describes; a run made now
     would read a different one, and the grid would mix the two without a trace in the tables.
     """
-    diff = record_differences(recorded, json.loads((spec.out_dir / RESULTS_FILE).read_text())["results"])
+    # the record was made on another machine, maybe with its cache elsewhere: where the checkpoints
+    # lie is not what it reports, its numbers are
+    diff = record_differences(recorded, json.loads((spec.out_dir / RESULTS_FILE).read_text())["results"],
+                              any_location=True)
     if diff:
         where = spec.out_dir.relative_to(paths.REPO_ROOT) if spec.out_dir.is_relative_to(paths.REPO_ROOT) else spec.out_dir
         raise RemadeDiffers(

@@ -252,6 +252,10 @@ def test_record_differences_leave_out_wall_times_and_name_each_difference():
     b = {"x": [1, 2.5, float("nan")], "train_seconds": 4, "written_at": "t2", "y": {"z": "a", "w": 1}}
     assert runs.record_differences(a, b) == ["/x[1]: 2.0 against 2.5", "/y/w: only in the second"]
     assert runs.record_differences(a, a) == [] and runs.record_differences([1], [1, 2]) == [": 1 items against 2"]
+    moved = ({"ckpt": "/cache/a/target", "method": "npo"}, {"ckpt": "/other/b/target", "method": "npo"})
+    assert runs.record_differences(*moved) == ["/ckpt: '/cache/a/target' against '/other/b/target'"]
+    assert runs.record_differences(*moved, any_location=True) == []
+    assert runs.record_differences({"m": "npo"}, {"m": "ga"}, any_location=True) == ["/m: 'npo' against 'ga'"]
 
 
 def test_runs_read_for_their_record_only_are_run_when_unrecorded_and_hub_ids_are_not_checkpoints(tmp_path, monkeypatch):
