@@ -8,16 +8,23 @@ PROFILE ?= smol
 SELECT ?=
 FORCE ?=
 export FRAG_PROGRESS ?= 0
+# Deterministic mode (frag_utils/numerics.py): the same fp32 numbers on any x86-64 CPU with AVX2.
+# FRAG_DETERMINISTIC=0 opts out (faster kernels of this CPU, numbers that depend on it).
+ifneq ($(FRAG_DETERMINISTIC),0)
+export ATEN_CPU_CAPABILITY ?= avx2
+export MKL_CBWR ?= AVX2
+endif
 
 .PHONY: setup test test-package test-notebooks reproduce bench clean-scratch
 
-$(STAMP): requirements.txt requirements-embedded.txt pyproject.toml
+$(STAMP): requirements.txt requirements-embedded.txt pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements-embedded.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
-	$(PY) -m ipykernel install --sys-prefix --name frag --display-name "Python (frag)" > /dev/null
+	$(PY) -m ipykernel install --sys-prefix --name frag --display-name "Python (frag)" \
+		--env ATEN_CPU_CAPABILITY avx2 --env MKL_CBWR AVX2 > /dev/null
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -66,7 +66,8 @@ class AttackConfig:
     weight_decay: float = 0.01
     warmup_epochs: float = 1.0  # reference: one epoch, i.e. a one-epoch attack never reaches its peak lr
     scheduler: str = "linear"
-    bf16: bool = True
+    bf16: bool = True  # bf16 autocast over the stored weights
+    weights: str = "fp32"  # storage: fp32 | bf16 (rounded after every step, as OpenUnlearning trains)
     seed: int = 42
     max_len: int = 256
     chat: bool = True
@@ -101,7 +102,7 @@ class AttackConfig:
             epochs=float(self.epochs), lr=self.lr, batch_size=self.batch_size, grad_accum=self.grad_accum,
             weight_decay=self.weight_decay, warmup_epochs=self.warmup_epochs, scheduler=self.scheduler,
             optimizer=OPTIMIZERS[self.optimizer][0], bf16=self.bf16, seed=self.seed, max_len=self.max_len,
-            chat=self.chat)
+            chat=self.chat, weights=self.weights)
 
 
 def _qa(records: Sequence[dict]) -> list[dict]:

@@ -211,6 +211,31 @@ def load_record(folder: str | Path) -> dict | None:
     return json.loads(file.read_text()) if file.is_file() else None
 
 
+def weights_sha256(name_or_path: str | Path) -> str | None:
+    """sha256 over a checkpoint's tensors: name, dtype, shape and raw bytes of each, in name order.
+
+    Independent of how the safetensors files are split or what metadata their headers carry, so
+    two checkpoints hash alike exactly when every weight is bit-identical. ``smollm2-135m`` hashes
+    its cached safetensors copy; ``tiny`` and hub ids (no local weights) give None.
+    """
+    import hashlib
+
+    from .frag import SafetensorsCheckpoint
+
+    if name_or_path == TINY:
+        return None
+    folder = _smollm2_cache() if name_or_path == SMOLLM2 else Path(name_or_path)
+    if not (folder.is_dir() and any(folder.glob("*.safetensors"))):
+        return None
+    checkpoint = SafetensorsCheckpoint(folder)
+    digest = hashlib.sha256()
+    for key in sorted(checkpoint.keys()):
+        t = checkpoint.get(key).contiguous()
+        digest.update(f"{key}|{t.dtype}|{tuple(t.shape)}|".encode())
+        digest.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return digest.hexdigest()
+
+
 def is_checkpoint(folder: str | Path) -> bool:
     """True when ``folder`` holds a complete saved checkpoint."""
     return _is_complete_checkpoint(Path(folder))

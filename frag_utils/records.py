@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import paths
+from . import numerics, paths
 
 TRACKED_PACKAGES = ("torch", "transformers", "accelerate", "peft", "datasets", "safetensors",
                     "numpy", "scipy", "pandas", "rouge-score", "papermill", "lm_eval")
@@ -89,6 +89,7 @@ def environment() -> dict:
         "python": sys.version.split()[0], "platform": platform.platform(), "packages": versions,
         "device": "cuda:" + torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
         "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), **cpu_description(),
+        "numerics": numerics.status(),
     }
 
 

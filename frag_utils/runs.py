@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from . import paths
+from . import numerics, paths
 from .progress import progress
 
 KERNEL = "frag"
@@ -245,6 +245,7 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL) -> dict:
     (spec.out_dir / RESULTS_FILE).unlink(missing_ok=True)
     tmp = spec.out_dir / f".{spec.notebook.name}.running"
     os.environ["FRAG_PROGRESS"] = "0"  # the kernel inherits this: no progress bars in the record
+    numerics.set_deterministic_env()  # and deterministic mode, also where the kernel spec lacks it
     start = time.time()
     papermill.execute_notebook(str(spec.notebook), str(tmp), parameters=spec.params, kernel_name=kernel,
                                cwd=str(paths.NOTEBOOKS_DIR), progress_bar=False, log_output=False)

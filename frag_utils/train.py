@@ -2,8 +2,10 @@
 
 ``Trainer`` gives what a research loop needs without re-implementing it: seeding, a progress
 bar, loss logging, resumption from the last saved epoch, and several GPUs through
-``accelerate``. On the CPU, ``bf16=True`` means bf16 autocast over fp32 master weights (pure bf16
-weights barely learn at these learning rates).
+``accelerate``. Two precision settings, apart: ``bf16=True`` is bf16 autocast over the stored
+weights (refused on the CPU in deterministic mode, :mod:`frag_utils.numerics`), and
+``weights="bf16"`` stores the weights in bf16 as OpenUnlearning does (fp32 compute, every weight
+rounded to bf16 after every optimizer step), so that an update below half a bf16 ulp is lost.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch.utils.data import Dataset
 
-from . import models
+from . import models, numerics
 from .progress import progress_enabled, quiet_transformers
 from .records import seed_everything
 from .prompts import collate, encode_qa
@@ -37,7 +39,8 @@ class TrainConfig:
     scheduler: str = "linear"  # decay after warmup: linear | constant_with_warmup | cosine
     optimizer: str = "adamw_torch"  # any TrainingArguments.optim value
     max_grad_norm: float = 1.0
-    bf16: bool = True  # bf16 autocast over fp32 weights
+    bf16: bool = True  # bf16 autocast over the stored weights
+    weights: str = "fp32"  # storage: fp32 | bf16 (rounded after every optimizer step, as OpenUnlearning)
     seed: int = 42
     max_len: int = 256  # tokens per example, longer ones are cut
     chat: bool = True  # the model's chat template around each pair
@@ -49,6 +52,7 @@ class TrainConfig:
             "warmup_epochs": 0 <= self.warmup_epochs <= self.epochs, "max_len": self.max_len >= 8,
             "max_grad_norm": self.max_grad_norm > 0,
             "scheduler": self.scheduler in ("linear", "constant_with_warmup", "cosine", "constant"),
+            "weights": self.weights in numerics.WEIGHTS,
         }
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
@@ -121,6 +125,7 @@ def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: TrainConf
     """
     from transformers import Trainer, TrainingArguments
 
+    numerics.check_autocast(config.bf16, "cuda" if torch.cuda.is_available() else "cpu")
     n_steps = steps_per_epoch(len(dataset), config)
     args = TrainingArguments(
         output_dir=str(work_dir), num_train_epochs=config.epochs, learning_rate=config.lr,
@@ -138,6 +143,8 @@ def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: TrainConf
     trainer = (trainer_cls or Trainer)(
         model=model, args=args, train_dataset=dataset,
         data_collator=collator or (lambda examples: collate(examples, pad, side="right")), **trainer_kwargs)
+    if config.weights == "bf16":
+        trainer.add_callback(numerics.bf16_storage_callback())
     if not progress_enabled():  # with tqdm off, Trainer would print every log dict instead
         from transformers.trainer_callback import PrinterCallback
 
@@ -204,18 +211,22 @@ def finetune(model: Any, tokenizer: Any, records: Sequence[dict], config: TrainC
 
 
 def train_or_reuse(base_model: str, records: Sequence[dict], config: TrainConfig, out_dir: str | Path,
-                   spec: dict, retrain: bool = False) -> dict:
+                   spec: dict, retrain: bool = False, save_bf16: bool = False) -> dict:
     """Fine-tune ``base_model`` on ``records`` into ``out_dir``, or reuse a matching checkpoint.
 
     A checkpoint in ``out_dir`` is reused when its saved record has the same base model, training
     settings and ``spec`` (data source, split, ...). Interrupted training resumes from the last
     epoch saved in ``<out_dir>.work``.
 
+    Args:
+        save_bf16: round the trained weights to bf16 before saving (OpenUnlearning's released
+            checkpoints are bf16), whatever precision they were trained in.
     Returns:
         The checkpoint's record: ``{"spec": ..., "summary": {train_seconds, losses, ...}}``.
     """
     out_dir = Path(out_dir)
-    want = {"base_model": base_model, "train": config.as_dict(), "n_examples": len(records), **spec}
+    want = {"base_model": base_model, "train": config.as_dict(), "n_examples": len(records), **spec,
+            **({"save_bf16": True} if save_bf16 else {})}
     existing = models.load_record(out_dir) if models.is_checkpoint(out_dir) else None
     if existing and existing.get("spec") == want and not retrain:
         return {**existing, "reused": True}
@@ -227,6 +238,8 @@ def train_or_reuse(base_model: str, records: Sequence[dict], config: TrainConfig
     work.mkdir(parents=True, exist_ok=True)
     (work / models.RECORD_FILE).write_text(json.dumps({"spec": want}, sort_keys=True, default=str))
     summary = finetune(model, tokenizer, records, config, work)
+    if save_bf16:
+        summary["rounded_to_bf16_at_save"] = numerics.round_to_bf16_(model.parameters())
     record = {"spec": want, "summary": summary}
     models.save_checkpoint(model, tokenizer, out_dir, record)
     shutil.rmtree(work, ignore_errors=True)

@@ -71,7 +71,8 @@ class UnlearnConfig:
     weight_decay: float = 0.01  # AdamW
     max_grad_norm: float = 1.0  # Trainer's default clipping, as OpenUnlearning
     seed: int = 42  # Trainer seed, data order, forget/retain pairing and RMU's control vector
-    bf16: bool = True  # bf16 autocast over fp32 weights
+    bf16: bool = True  # bf16 autocast over the stored weights
+    weights: str = "fp32"  # storage: fp32 | bf16 (rounded after every step, as OpenUnlearning trains)
     forget_weight: float = 1.0  # gamma, on the forget term of every method
     retain_weight: float = 1.0  # alpha, on the retain NLL of graddiff and npo
     npo_beta: float = 0.1  # NPO inverse temperature
@@ -100,6 +101,8 @@ class UnlearnConfig:
             problems.append(f"warmup_epochs must be in [0, epochs={self.epochs}], got {self.warmup_epochs}")
         if self.max_len < 8:
             problems.append(f"max_len must be >= 8, got {self.max_len}")
+        if self.weights not in train.numerics.WEIGHTS:
+            problems.append(f"weights must be one of {train.numerics.WEIGHTS}, got {self.weights!r}")
         if self.rmu_layer is not None and not (isinstance(self.rmu_layer, int) and self.rmu_layer >= 0):
             problems.append(f"rmu_layer must be None or a block index >= 0, got {self.rmu_layer!r}")
         if self.rmu_trainable not in RMU_TRAINABLE_PRESETS:
@@ -120,7 +123,7 @@ class UnlearnConfig:
             epochs=self.epochs, lr=self.lr, batch_size=self.batch_size, grad_accum=self.grad_accum,
             weight_decay=self.weight_decay, warmup_epochs=self.warmup_epochs, scheduler="linear",
             optimizer="adamw_torch", max_grad_norm=self.max_grad_norm, bf16=self.bf16, seed=self.seed,
-            max_len=self.max_len, chat=self.chat)
+            max_len=self.max_len, chat=self.chat, weights=self.weights)
 
     def resolved(self, model: nn.Module) -> "UnlearnConfig":
         """This config with RMU's block chosen for ``model`` and checked against its depth.

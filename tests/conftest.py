@@ -3,6 +3,8 @@ answers partly right (so metrics have something non-trivial to measure)."""
 import os
 
 os.environ.setdefault("FRAG_PROGRESS", "0")
+os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")  # deterministic mode, before torch loads
+os.environ.setdefault("MKL_CBWR", "AVX2")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

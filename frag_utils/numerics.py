@@ -1,0 +1,129 @@
+"""Numerics: the deterministic CPU mode, and bf16 weight storage.
+
+**Deterministic mode.** fp32 results on the CPU depend on which vectorised kernels torch
+dispatches to (``ATEN_CPU_CAPABILITY``: ``default``, ``avx2``, ``avx512``), and MKL may take
+AVX-512 paths of its own; thread counts and oneDNN's ISA cap do not change fp32 results (measured,
+issue 17). So a CPU run is a function of code, data, parameters and seed on any x86-64 CPU with
+AVX2 when, before torch is imported,
+
+* ``ATEN_CPU_CAPABILITY=avx2`` and ``MKL_CBWR=AVX2`` (MKL's conditional numerical reproducibility)
+  are set, and
+* everything is computed in fp32 (bf16 autocast on the CPU runs on kernels chosen by the CPU's
+  own features: AMX, AVX512-BF16).
+
+:func:`set_deterministic_env` sets the two variables (``FRAG_DETERMINISTIC=0`` opts out); the
+Makefile, the project's Jupyter kernel, ``import frag_utils`` (when torch is not yet imported), the
+runner and the test suite all call or export it. :func:`status` says what a process actually runs
+with, and every record carries it.
+
+**bf16 weight storage** (``weights="bf16"``): OpenUnlearning loads Llama with
+``torch_dtype: bfloat16`` and trains the bf16 weights (no fp32 master copy), so an optimizer step
+smaller than half a bf16 ulp of a weight is lost. Here it means fp32 compute with every weight
+rounded to the nearest bf16 value after every optimizer step (:func:`round_to_bf16_`), which is
+portable, deterministic, and on a GPU close to native bf16 training (tested on a tiny model).
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Iterable
+
+DETERMINISTIC_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+OPT_OUT = "FRAG_DETERMINISTIC"  # set to 0 to run with the machine's fastest (CPU-dependent) kernels
+WEIGHTS = ("fp32", "bf16")  # how trained weights are stored: fp32, or rounded to bf16 after every step
+
+
+class NumericsError(ValueError):
+    """A precision setting that cannot be honoured, with what to do instead."""
+
+
+def deterministic_requested(environ: dict | None = None) -> bool:
+    """Whether deterministic mode is asked for (the default; ``FRAG_DETERMINISTIC=0`` turns it off)."""
+    environ = os.environ if environ is None else environ
+    return str(environ.get(OPT_OUT, "1")).strip().lower() not in ("0", "false", "no", "off")
+
+
+def set_deterministic_env(environ: dict | None = None) -> dict:
+    """Put the deterministic-mode variables into ``environ`` (default ``os.environ``) unless the user
+    opted out or set them already; returns ``environ``. Effective only before torch is imported in
+    the process that reads them (a kernel, a subprocess, this process if torch is not loaded yet)."""
+    environ = os.environ if environ is None else environ
+    if deterministic_requested(environ):
+        for key, value in DETERMINISTIC_ENV.items():
+            environ.setdefault(key, value)
+    return environ
+
+
+def status() -> dict:
+    """What this process computes with: torch's CPU capability, ``MKL_CBWR``, and whether that is
+    deterministic mode (the capability is AVX2 and MKL is capped). Imports torch."""
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    mkl = os.environ.get("MKL_CBWR")
+    return {"deterministic": capability == "AVX2" and (mkl or "").upper().startswith("AVX2"),
+            "aten_cpu_capability": capability, "mkl_cbwr": mkl, "torch_imported_before_frag_utils": _EARLY_TORCH}
+
+
+def check_autocast(bf16: bool, device: str) -> None:
+    """Refuse bf16 autocast on the CPU in deterministic mode: its kernels depend on the CPU.
+
+    Raises:
+        NumericsError: ``bf16`` on a CPU device while deterministic mode is on.
+    """
+    if bf16 and str(device).startswith("cpu") and deterministic_requested():
+        raise NumericsError(
+            "bf16 autocast on the CPU runs on kernels chosen by the CPU's features (AMX, AVX512-BF16), so its "
+            "results differ from machine to machine. Deterministic mode (the default) computes in fp32: set "
+            "bf16 to false (weights='bf16' still stores the weights in bf16, as OpenUnlearning), or opt out "
+            "with FRAG_DETERMINISTIC=0 for CPU-dependent numbers.")
+
+
+def check_weights(weights: str) -> str:
+    """``weights`` if it is a known storage precision, else a :class:`NumericsError` saying which are."""
+    if weights not in WEIGHTS:
+        raise NumericsError(f"weights must be one of {WEIGHTS} (fp32 storage, or bf16 storage as OpenUnlearning "
+                            f"trains), got {weights!r}.")
+    return weights
+
+
+def round_to_bf16_(params: Iterable) -> int:
+    """Round every tensor of ``params`` in place to the nearest bf16 value (ties to even), keeping
+    its dtype; returns how many elements changed. bf16 tensors are left as they are."""
+    import torch
+
+    changed = 0
+    with torch.no_grad():
+        for p in params:
+            if p.dtype == torch.bfloat16 or not p.is_floating_point():
+                continue
+            rounded = p.to(torch.bfloat16).to(p.dtype)
+            changed += int((rounded != p).sum())
+            p.copy_(rounded)
+    return changed
+
+
+def is_bf16_representable(t) -> bool:
+    """Whether every element of tensor ``t`` is exactly a bf16 value."""
+    import torch
+
+    return bool(torch.equal(t.to(torch.bfloat16).to(t.dtype), t))
+
+
+def bf16_storage_callback():
+    """A ``transformers.TrainerCallback`` that stores the model's weights in bf16: every parameter
+    is rounded when training begins, and every trainable one after each optimizer step (before the
+    next forward pass, the checkpoint saves and the logs)."""
+    from transformers import TrainerCallback
+
+    class Bf16Storage(TrainerCallback):
+        def on_train_begin(self, args, state, control, model=None, **kwargs):
+            round_to_bf16_(model.parameters())
+
+        def on_step_end(self, args, state, control, model=None, **kwargs):
+            round_to_bf16_(p for p in model.parameters() if p.requires_grad)
+
+    return Bf16Storage()
+
+
+_EARLY_TORCH = "torch" in sys.modules  # torch was loaded before frag_utils: the variables came too late here
