@@ -8,7 +8,7 @@ import time
 
 from .data import DataError
 from .models import ModelLoadError
-from .pruning import DEFAULT_LAM
+from .pruning import DEFAULT_LAM, DEFAULT_VETO, FRP_ABLATION_RULES, FRP_VARIANTS, SP_VARIANTS
 from .runs import RunError
 
 
@@ -51,7 +51,8 @@ def _prune(args: argparse.Namespace) -> dict:
                                     seed=args.seed, chat=args.chat, batch_size=args.batch_size)
     record = pruning.prune_checkpoint(args.model, args.out, args.data, args.forget_split, args.retain_split,
                                       args.method, args.sparsity, args.beta, args.lam, args.variant, args.veto,
-                                      args.modules, calib, args.device, use_cache=not args.no_cache)
+                                      args.modules, calib, args.device, use_cache=not args.no_cache,
+                                      weights=args.weights)
     return {"out": str(args.out), **pruning.prune_summary(record)}
 
 
@@ -171,14 +172,18 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--sparsity", type=_fraction, default=None,
                     help="frp: fraction of each row zeroed (default 0.03); sp: fraction of all MLP neurons removed "
                          "(default 0.05)")
-    pr.add_argument("--beta", type=_number, default=0.05, help="frp: weight of the retain rank (paper: 0.05)")
+    pr.add_argument("--beta", type=_number, default=0.05, help="frp eq6: weight of the retain rank R (Eq. 6)")
     pr.add_argument("--lam", type=_number, default=DEFAULT_LAM,
-                    help="frp: weight of the |W| rank (default 0: |W| already enters F and R)")
-    pr.add_argument("--variant", default=None, choices=["paper", "released", "magnitude", "magnitude_xf", "magnitude_ratio", "down_in", "up"],
-                    help="frp: paper (Eq. 6, default) or released (the authors' code); "
-                         "sp: down_in (down_proj input, default) or up (up_proj output)")
-    pr.add_argument("--veto", type=_veto_fraction, default=0.05,
-                    help="frp released: per-row fraction by |W| x_r/x_f never pruned")
+                    help="frp: weight of the |W| rank (default 0.05, the authors' released value; their flag "
+                         "--beta is this lambda)")
+    pr.add_argument("--variant", default=None, choices=[*FRP_VARIANTS, "paper", *FRP_ABLATION_RULES, *SP_VARIANTS],
+                    help="frp: released (the authors' rank_combo, default) or eq6 (Eq. 6 as printed; 'paper' is its "
+                         "old name) or an ablation rule; sp: down_in (down_proj input, default) or up (up_proj output)")
+    pr.add_argument("--veto", type=_veto_fraction, default=DEFAULT_VETO,
+                    help="frp released: per-row fraction P by |W| x_r/x_f never pruned (the paper's beta; 0 is plain "
+                         "FRP, the 1B 'beta = 0.15' row is 0.15)")
+    pr.add_argument("--weights", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: round the original to bf16 when loaded, as the authors prune (--dtype bf16)")
     pr.add_argument("--modules", default="mlp", choices=["mlp", "attn", "all"], help="frp: modules pruned")
     pr.add_argument("--n-calib", type=_positive_int, default=400,
                     help="calibration sequences per split (all if the split has fewer)")

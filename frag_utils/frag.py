@@ -116,6 +116,7 @@ class FragResult:
     per_layer: list[dict] = field(default_factory=list)
     per_type: dict[str, dict] = field(default_factory=dict)
     n_scored_params: int = 0
+    n_moved: int = 0  # scored weights whose value changed at all (bf16 storage drops updates below half an ulp)
 
     def with_gamma(self, gamma: float) -> float:
         """FRAG at another gamma (``gamma = 0`` gives the printed Table 3 values, ``A_f``)."""
@@ -125,7 +126,8 @@ class FragResult:
         return {"frag": self.frag, "a_f": self.a_f, "a_r": self.a_r, "gamma": self.gamma,
                 "frag_gamma0": self.with_gamma(0.0), "frag_x100": 100 * self.frag, "a_f_x100": 100 * self.a_f,
                 "a_r_x100": 100 * self.a_r, "l2_all": self.l2_all, "l2_scored": self.l2_scored,
-                "n_scored_params": self.n_scored_params}
+                "n_scored_params": self.n_scored_params, "n_moved": self.n_moved,
+                "moved_fraction": self.n_moved / self.n_scored_params if self.n_scored_params else 0.0}
 
 
 def _check_finite(t: torch.Tensor, what: str) -> None:
@@ -237,7 +239,7 @@ def _activation_sums(layer: dict, original, unlearned, key: str, shape: tuple[in
         abs_d = w.abs_().mul_(d).sum(dim=0)
         flat = d.reshape(-1)
         for k, v in (("fd", abs_d @ cf), ("rd", abs_d @ cr), ("ff", w2 @ cf.pow(2)), ("rr", w2 @ cr.pow(2)),
-                     ("dd", flat @ flat), ("sq_diff", flat.sum())):
+                     ("dd", flat @ flat), ("sq_diff", flat.sum()), ("moved", flat.count_nonzero())):
             layer[k] += float(v)
     if not all(math.isfinite(layer[k]) for k in ("fd", "rd", "ff", "rr", "dd", "sq_diff")):
         _raise_for_nonfinite(original, unlearned, key, shape,
@@ -280,7 +282,7 @@ def compute_frag(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckp
             raise FragError(f"'{key}' has shape {shape} in the original and {_shape(unlearned, key)} in "
                             "the unlearned checkpoint: different architectures cannot be compared.")
         layer = {"module": name, "type": _module_type(name), "fd": 0.0, "rd": 0.0, "ff": 0.0, "rr": 0.0, "dd": 0.0,
-                 "sq_diff": 0.0}
+                 "sq_diff": 0.0, "moved": 0}
         if importance_kind == "activation":
             _activation_sums(layer, original, unlearned, key, shape, xf[name], xr[name], eps)
         else:  # gradient statistics are whole tensors in memory already
@@ -297,6 +299,7 @@ def compute_frag(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckp
             d = (wu.double() - w0.to(wu.dtype).double()).pow(2)
             for k, v in (("fd", f * d), ("rd", r * d), ("ff", f.pow(2)), ("rr", r.pow(2)), ("dd", d.pow(2)), ("sq_diff", d)):
                 layer[k] += float(v.sum(dtype=torch.float64))
+            layer["moved"] += int(d.count_nonzero())
         fd, rd, ff, rr, dd = fd + layer["fd"], rd + layer["rd"], ff + layer["ff"], rr + layer["rr"], dd + layer["dd"]
         n_params += math.prod(shape)
         per_layer.append(layer)
@@ -321,7 +324,7 @@ def compute_frag(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckp
     rest_sq = global_l2(original, unlearned, skip={f"{layer['module']}.weight" for layer in per_layer}) ** 2
     return FragResult(frag=a_f - gamma * a_r, a_f=a_f, a_r=a_r, gamma=gamma, l2_all=math.sqrt(scored_sq + rest_sq),
                       l2_scored=math.sqrt(scored_sq), per_layer=per_layer, per_type=dict(per_type),
-                      n_scored_params=n_params)
+                      n_scored_params=n_params, n_moved=int(sum(layer["moved"] for layer in per_layer)))
 
 
 def global_l2(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckpoint | dict[str, torch.Tensor],

@@ -185,13 +185,26 @@ def load_model(name_or_path: str, dtype: torch.dtype = torch.float32, device: st
     return model, tokenizer
 
 
-def save_checkpoint(model: Any, tokenizer: Any, folder: str | Path, record: dict | None = None) -> Path:
+def save_checkpoint(model: Any, tokenizer: Any, folder: str | Path, record: dict | None = None,
+                    weights: str = "fp32") -> Path:
     """Save ``model`` and ``tokenizer`` as safetensors + config + tokenizer, atomically.
 
     Args:
         folder: destination; replaced whole if it exists.
         record: settings to keep next to the weights (written as ``frag_record.json``).
+        weights: ``bf16`` saves the tensors as bf16 (as OpenUnlearning's checkpoints are), which
+            must be bf16 values already; the model is cast in place. FRAG then compares against the
+            original rounded to bf16, so rounding alone never counts as an update.
+    Raises:
+        ValueError: ``bf16`` asked for weights that are not all bf16 values.
     """
+    if weights == "bf16":
+        from .numerics import is_bf16_representable
+
+        if not all(is_bf16_representable(p) for p in model.parameters()):
+            raise ValueError("save_checkpoint(weights='bf16'): the model holds weights that are not bf16 values; "
+                             "round them first (frag_utils.numerics.round_to_bf16_) or save in fp32.")
+        model.to(torch.bfloat16)
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
     _save_atomically(model, tokenizer, folder, record)

@@ -1,21 +1,29 @@
-"""Pruning for unlearning: FRP (Forget-Retain Pruning, the paper's Eq. 6 / Algorithm 1), the
-random-mask control of the same size, and the Selective Pruning baseline (MLP neurons).
+"""Pruning for unlearning: FRP (Forget-Retain Pruning), the random-mask control of the same
+size, and the Selective Pruning baseline (MLP neurons).
 
-FRP, per target module ``W [d_out, d_in]`` and output row ``i``::
+FRP, per target module ``W [d_out, d_in]`` and output row ``i``, zeroes the top
+``floor(rho * d_in)`` entries of a score ``S`` ranked within the row. Two scorings:
 
-    S_ij = rank_j(F_ij) - beta * rank_j(R_ij) + lam * rank_j(|W_ij|)
+* ``released`` (the default): exactly the authors' released code (``frp/prune.py``, scoring
+  ``rank_combo``, as ``scripts/frp_tofu.sh`` runs it)::
 
-ranks taken within the row (larger value, larger rank, 0-based), and the top
-``floor(rho * d_in)`` entries of ``S`` in each row are zeroed.
+      S_ij = rank_j(x^f_j / (x^r_j + eps)) + lam * rank_j(|W_ij|)      (float32, as theirs)
 
-``variant="released"`` follows the authors' released code instead: the first rank is of the
-channel ratio ``x^f / x^r`` (not ``F``), and the retain term is a veto: in each row the top
-``veto`` fraction by ``|W| x^r / x^f`` is never pruned.
+  with ``lam`` = :data:`DEFAULT_LAM` = 0.05 (their flag ``--beta`` is the paper's lambda), and the
+  paper's beta applied as a hard veto: per row the top ``floor(veto * d_in)`` entries by
+  ``|W_ij| x^r_j / (x^f_j + eps)`` are never pruned (their ``--protect_by excl --protect_p P``;
+  ``veto`` = P = 0 for plain FRP, 0.15 for the 1B "beta = 0.15" row, 0.05 at 3B).
+* ``eq6``: the paper's Eq. 6 as printed, ``rank(F) - beta * rank(R) + lam * rank(|W|)`` with
+  ``F = |W| x^f/(x^r+eps)``, ``R = |W| x^r/(x^f+eps)`` (float64; an ablation, not what produced
+  the paper's numbers). With ``lam = 0`` and ``beta`` small its ranking is nearly the channel
+  ratio alone. Records written before 2026-11-25 call it ``paper``, accepted as an alias.
 
-``lam`` defaults to :data:`DEFAULT_LAM` = 0: the paper leaves it a parameter, and ``|W|`` already
-enters ``F`` and ``R``; a positive ``lam`` moves the choice towards the largest weights whatever
-their forget/retain balance (closer to magnitude pruning, more utility lost), so the default adds
-no untuned magnitude prior and Eq. 6 reduces to ``rank(F) - beta * rank(R)``.
+Ties. Ranks break ties by position (a stable sort) and the top-k takes, among equal scores at
+the budget's edge, the lowest positions. The authors' code uses torch's default (unstable)
+``argsort`` and ``topk``, whose order among equal values is unspecified and differs between CPU
+and GPU kernels; bf16 weights tie often (about a third of a 576-wide row of ``|W|``), so at the
+budget's edge a mask can differ from one of theirs in entries whose scores are equal. Scores and
+rule are theirs; the tie order is fixed here so that a mask is a function of its inputs.
 
 Selective Pruning (SP, the neuron-level baseline): each MLP neuron is scored by its mean
 ``|activation|`` on forget tokens over that on retain tokens, ``I_f / (I_r + eps)``, one global
@@ -41,8 +49,10 @@ from torch import nn
 
 from .frag import EPS, importance
 
-DEFAULT_LAM = 0.0  # the paper leaves lambda open; see the module docstring for why 0
-FRP_VARIANTS = ("paper", "released")
+DEFAULT_LAM = 0.05  # the authors' released lambda (their --beta), weight of the |W| rank
+DEFAULT_VETO = 0.0  # the paper's beta as a veto fraction P: 0 for plain FRP (0.15: the 1B "beta = 0.15" row)
+FRP_VARIANTS = ("released", "eq6")
+VARIANT_ALIASES = {"paper": "eq6"}  # the name records written before 2026-11-25 give Eq. 6
 # The scoring rules of the paper's FRP ablation (appendix B.3), each pruning the per-row top of
 # its score: |W| only (magnitude pruning), |W| x^f, and |W| x^f / x^r (= F alone, no retain term).
 FRP_ABLATION_RULES = ("magnitude", "magnitude_xf", "magnitude_ratio")
@@ -62,40 +72,51 @@ def row_ranks(x: torch.Tensor) -> torch.Tensor:
     return ranks
 
 
+def canonical_variant(variant: str) -> str:
+    """The FRP variant's current name (``paper`` is the old name of ``eq6``)."""
+    variant = VARIANT_ALIASES.get(variant, variant)
+    if variant not in FRP_VARIANTS + FRP_ABLATION_RULES:
+        raise PruningError(f"Unknown FRP variant {variant!r}; choose one of {FRP_VARIANTS + FRP_ABLATION_RULES}.")
+    return variant
+
+
 def frp_scores(w: torch.Tensor, xf: torch.Tensor, xr: torch.Tensor, beta: float, lam: float,
-               variant: str = "paper", eps: float = EPS) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """FRP scores ``S [d_out, d_in]`` and, for the released variant, the rank used by the veto.
+               variant: str = "released", eps: float = EPS) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """FRP scores ``S [d_out, d_in]`` and, for the released variant, the score its veto ranks.
 
     Args:
         w: weight [d_out, d_in]; xf, xr: calibration norms [d_in].
+        beta: ``eq6`` only, the weight of ``rank(R)``; lam: the weight of ``rank(|W|)``.
     Returns:
-        ``(S, veto_score)``; ``veto_score`` is ``|W| x^r / x^f`` for ``released``, else None.
+        ``(S, veto_score)``; ``veto_score`` is ``|W| x^r / (x^f + eps)`` for ``released``, else None.
     """
+    variant = canonical_variant(variant)
+    if variant == "released":  # float32 throughout, as rank_combo computes it
+        a = w.detach().float().abs()
+        xf32, xr32 = xf.float().to(a.device), xr.float().to(a.device)
+        ratio = (xf32 / (xr32 + eps))[None, :].expand_as(a)
+        s = row_ranks(ratio).float() + lam * row_ranks(a).float()
+        return s, a * (xr32 / (xf32 + eps))[None, :]
     w, xf, xr = w.double(), xf.double().to(w.device), xr.double().to(w.device)
     f, r = importance(w, xf, xr, eps)
-    if variant == "paper":  # float64: rank sums with small beta stay exact
-        s = row_ranks(f).double() - beta * row_ranks(r).double() + lam * row_ranks(w.abs()).double()
-        return s, None
-    if variant == "released":
-        ratio = (xf / (xr + eps))[None, :].expand_as(w)
-        return row_ranks(ratio).double() + lam * row_ranks(w.abs()).double(), r
+    if variant == "eq6":  # float64: rank sums with small beta stay exact
+        return row_ranks(f).double() - beta * row_ranks(r).double() + lam * row_ranks(w.abs()).double(), None
     if variant == "magnitude":
         return w.abs(), None
     if variant == "magnitude_xf":
         return w.abs() * xf[None, :], None
-    if variant == "magnitude_ratio":
-        return f, None
-    raise PruningError(f"Unknown FRP variant {variant!r}; choose one of {FRP_VARIANTS + FRP_ABLATION_RULES}.")
+    return f, None  # magnitude_ratio
 
 
 def top_k_mask(scores: torch.Tensor, k: int, blocked: torch.Tensor | None = None) -> torch.Tensor:
-    """Boolean mask of the ``k`` highest scores in each row, never choosing ``blocked`` entries."""
+    """Boolean mask of the ``k`` highest scores in each row, never choosing ``blocked`` entries;
+    among equal scores the lower position is chosen first."""
     if k <= 0:
         return torch.zeros_like(scores, dtype=torch.bool)
-    s = scores.clone().double()
+    s = scores.clone()
     if blocked is not None:
         s[blocked] = -math.inf
-    idx = s.topk(k, dim=1).indices
+    idx = s.sort(dim=1, descending=True, stable=True).indices[:, :k]
     mask = torch.zeros_like(scores, dtype=torch.bool)
     mask.scatter_(1, idx, True)
     if blocked is not None and (mask & blocked).any():
@@ -105,30 +126,34 @@ def top_k_mask(scores: torch.Tensor, k: int, blocked: torch.Tensor | None = None
 
 @torch.no_grad()
 def frp_prune(modules: dict[str, nn.Linear], xf: dict[str, torch.Tensor], xr: dict[str, torch.Tensor],
-              rho: float = 0.03, beta: float = 0.05, lam: float = DEFAULT_LAM, variant: str = "paper",
-              veto: float = 0.05) -> dict[str, dict]:
+              rho: float = 0.03, beta: float = 0.05, lam: float = DEFAULT_LAM, variant: str = "released",
+              veto: float = DEFAULT_VETO) -> dict[str, dict]:
     """Zero the top ``floor(rho * d_in)`` FRP entries of every row of each module, in place.
 
     Args:
         modules: the Linear modules to prune, by name (weights ``[d_out, d_in]``).
         xf, xr: forget and retain calibration norms by module name, each ``[d_in]``.
-        rho: fraction of each row zeroed; beta: retain-rank weight; lam: magnitude-rank weight.
-        variant: ``paper`` (Eq. 6), ``released`` (channel ratio + retain veto), or one of the
+        rho: fraction of each row zeroed; beta: ``eq6``'s retain-rank weight; lam: magnitude-rank weight.
+        variant: ``released`` (the authors' code), ``eq6`` (Eq. 6 as printed), or one of the
             ablation's scoring rules :data:`FRP_ABLATION_RULES` (``beta``, ``lam`` unused).
-        veto: for ``released``, the per-row fraction by ``|W| x^r / x^f`` never pruned.
+        veto: ``released`` only: the per-row fraction by ``|W| x^r / x^f`` never pruned (P).
     Returns:
         Per module, measured on the weights after pruning: entries zeroed per row (equal in every
-        row), the achieved row sparsity, the total zeroed and ``d_in``.
+        row), the achieved row sparsity, the total zeroed, ``d_in``, and how many distinct sets
+        of columns the rows pruned (1 would be column pruning).
     Raises:
-        PruningError: rho outside (0, 1), an unknown variant, a veto that leaves fewer entries
-            than the budget, or a row that did not end with exactly ``floor(rho * d_in)`` zeros.
+        PruningError: rho outside (0, 1), an unknown variant, a veto for another variant or that
+            leaves fewer entries than the budget, or a row that did not end with exactly
+            ``floor(rho * d_in)`` zeros.
     """
     if not 0 < rho < 1:
         raise PruningError(f"rho must be in (0, 1), got {rho}")
     if not 0 <= veto < 1:
         raise PruningError(f"veto must be in [0, 1), got {veto}")
-    if variant not in FRP_VARIANTS + FRP_ABLATION_RULES:
-        raise PruningError(f"Unknown FRP variant {variant!r}; choose one of {FRP_VARIANTS + FRP_ABLATION_RULES}.")
+    variant = canonical_variant(variant)
+    if veto and variant != "released":
+        raise PruningError(f"veto is the released variant's retain veto (the paper's beta as P); variant "
+                           f"{variant!r} has none: set veto to 0.")
     missing = sorted(set(modules) - (set(xf) & set(xr)))
     if missing:
         raise PruningError(f"No calibration norms for module(s) {missing[:3]}: calibrate the same modules.")
@@ -137,11 +162,10 @@ def frp_prune(modules: dict[str, nn.Linear], xf: dict[str, torch.Tensor], xr: di
         w = m.weight
         k = math.floor(rho * w.shape[1])
         s, veto_score = frp_scores(w.detach(), xf[name], xr[name], beta, lam, variant)
-        blocked = None
-        if veto_score is not None:
-            blocked = top_k_mask(veto_score, math.floor(veto * w.shape[1]))
+        blocked = top_k_mask(veto_score, math.floor(veto * w.shape[1])) if veto_score is not None else None
         mask = top_k_mask(s, k, blocked)
-        report[name] = _apply_row_mask(w, mask, k, name)
+        report[name] = {**_apply_row_mask(w, mask, k, name),
+                        "distinct_row_masks": int(torch.unique(mask, dim=0).shape[0])}
     return report
 
 
@@ -454,9 +478,9 @@ def selective_prune(model: nn.Module, tokenizer: Any, forget: Sequence[dict], re
 
 def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthetic", forget_split: str = "forget10",
                      retain_split: str | None = None, method: str = "frp", sparsity: float | None = None,
-                     beta: float = 0.05, lam: float = DEFAULT_LAM, variant: str | None = None, veto: float = 0.05,
-                     scope: str = "mlp", calib: Any = None, device: str = "cpu", use_cache: bool = True,
-                     target_l2: float | None = None) -> dict:
+                     beta: float = 0.05, lam: float = DEFAULT_LAM, variant: str | None = None,
+                     veto: float = DEFAULT_VETO, scope: str = "mlp", calib: Any = None, device: str = "cpu",
+                     use_cache: bool = True, target_l2: float | None = None, weights: str = "fp32") -> dict:
     """Load a model, calibrate on forget/retain text, prune with FRP or SP, check, and save.
 
     Args:
@@ -465,13 +489,17 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
         method: ``frp`` or ``sp``.
         sparsity: FRP: fraction of each row zeroed (default 0.03); SP: fraction of all MLP
             neurons removed (default 0.05).
-        beta, lam, veto, scope: FRP only (retain-rank weight, magnitude-rank weight, released
-            variant's veto fraction, modules pruned).
-        variant: FRP ``paper`` (default) | ``released``; SP ``down_in`` (default) | ``up``.
+        beta, lam, veto, scope: FRP only (``eq6``'s retain-rank weight, magnitude-rank weight,
+            the released variant's veto fraction P, modules pruned).
+        variant: FRP ``released`` (default, the authors' code) | ``eq6`` | an ablation rule;
+            SP ``down_in`` (default) | ``up``.
         calib: a :class:`frag_utils.calibration.CalibConfig` (default: 400 sequences of 256 tokens,
             the paper's setting); fewer records than ``n`` means all are used, and the record says how many.
         target_l2: SP only: remove neurons until the update norm is closest to this value
             (``sparsity`` is then ignored and the achieved fraction is recorded).
+        weights: ``fp32``, or ``bf16``: the original is rounded to bf16 when loaded, as the
+            authors load it (``--dtype bf16``), so the pruned checkpoint is bf16-representable
+            and differs from that rounded original in pruned entries only.
     Returns:
         The record written next to the checkpoint: settings, model and data ids, calibration
         counts, achieved sparsity per module (FRP) or removed neurons per MLP (SP), provenance.
@@ -485,6 +513,8 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
         raise PruningError(f"Unknown pruning method {method!r}; choose 'frp' or 'sp'.")
     allowed = FRP_VARIANTS + FRP_ABLATION_RULES if method == "frp" else SP_VARIANTS
     variant = variant or allowed[0]
+    if method == "frp":
+        variant = VARIANT_ALIASES.get(variant, variant)
     if variant not in allowed:
         raise PruningError(f"Variant {variant!r} does not belong to method '{method}'; choose one of {list(allowed)}.")
     if target_l2 is not None and method != "sp":
@@ -497,6 +527,11 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
         raise PruningError(f"beta and lam must be finite, got beta={beta}, lam={lam}")
     if not 0 <= veto < 1:
         raise PruningError(f"veto must be in [0, 1), got {veto}")
+    if veto and not (method == "frp" and variant == "released"):
+        raise PruningError(f"veto (P) is the released FRP variant's retain veto; {method} {variant!r} has none: set it to 0.")
+    from .numerics import check_weights, round_to_bf16_
+
+    check_weights(weights)
     calib = calib or calibration.CalibConfig(n=400, max_len=256)
     retain_split = retain_split or data.matching_retain(forget_split)
     if not forget_split.startswith("forget") or retain_split == forget_split or retain_split.startswith("forget"):
@@ -506,7 +541,8 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
     forget = data.load_split(data_source, forget_split)
     retain = data.load_split(data_source, retain_split)
     model, tokenizer = models.load_model(model_id, device=device)
-    settings = {"method": method, "variant": variant, "sparsity": sparsity}
+    rounded = round_to_bf16_(model.parameters()) if weights == "bf16" else 0
+    settings = {"method": method, "variant": variant, "sparsity": sparsity, "weights": weights}
     if method == "frp":
         modules = calibration.select_modules(model, scope)
         too_narrow = sorted({m.in_features for m in modules.values() if math.floor(sparsity * m.in_features) < 1})
@@ -524,12 +560,15 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
             if report[name]["pruned_per_row"] != report[name]["requested_per_row"]:
                 raise PruningError(f"'{name}': {report[name]['pruned_per_row']} entries pruned per row, "
                                    f"asked for floor({sparsity} * {m.in_features}).")
-        settings.update(beta=beta, lam=lam, scope=scope, **({"veto": veto} if variant == "released" else {}))
+        settings.update(scope=scope, **({"beta": beta} if variant == "eq6" else {}),
+                        **({"lam": lam} if variant in FRP_VARIANTS else {}),
+                        **({"veto": veto} if variant == "released" else {}))
         result = {"achieved": report, "n_forget_used": len(calibration.select_records(forget, calib)),
                   "n_retain_used": len(calibration.select_records(retain, calib)),
                   "row_sparsity_min": min(r["row_sparsity"] for r in report.values()),
                   "row_sparsity_max": max(r["row_sparsity"] for r in report.values()),
-                  "pruned_total": sum(r["pruned"] for r in report.values())}
+                  "pruned_total": sum(r["pruned"] for r in report.values()),
+                  "distinct_row_masks_min": min(r["distinct_row_masks"] for r in report.values())}
     else:
         result = selective_prune(model, tokenizer, forget, retain, sparsity, variant, calib, target_l2=target_l2)
         if result["n_removed"] != result["requested"]:
@@ -541,12 +580,14 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
     calib_record = {k: v for k, v in calib.as_dict().items() if method == "frp" or k != "statistic"}
     params = {"model": model_id, "data": data_source, "forget_split": forget_split, "retain_split": retain_split,
               **settings, "calibration": calib_record}
-    record = {**params, **result, "seconds": round(time.time() - start, 1),
+    record = {**params, **result, "rounded_to_bf16_at_load": rounded, "seconds": round(time.time() - start, 1),
               "provenance": records.provenance("frag_utils.pruning.prune_checkpoint", params)}
-    models.save_checkpoint(model, tokenizer, out, record)
+    models.save_checkpoint(model, tokenizer, out, record, weights=weights)
     # measured again on the saved checkpoint against the original, from the weights alone
     saved, _ = models.load_model(str(out), device=device)
     original, _ = models.load_model(model_id, device=device)
+    if weights == "bf16":
+        round_to_bf16_(original.parameters())
     record["verified_from_weights"] = verify_pruned(original, saved, record)
     models.write_record(out, record)
     return record

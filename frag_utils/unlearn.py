@@ -19,11 +19,17 @@ tokens of a batch (the Trainer's causal-LM loss) and ``gamma``/``alpha`` the for
   over ``d``, averaged over the answer tokens of each sequence, then over the batch. Only the
   parameters chosen by ``rmu_trainable`` are updated.
 
-The defaults are OpenUnlearning's TOFU unlearning settings: AdamW, lr 1e-5, weight decay 0.01,
-effective batch 32 (8 x 4), linear schedule after one warmup epoch, 10 epochs, seed 42, NPO
-beta 0.1, forget and retain weights 1; RMU: steering coefficient 2, retain weight 1, block 7 of
-Llama-3.2-1B's 16 (here the block at the same relative depth), MLP ``down_proj`` of that block
-and the two below it.
+The defaults are OpenUnlearning's TOFU unlearning settings, read at its commit d3d7cf9
+(2025-12-24; ``configs/experiment/unlearn/tofu/default.yaml`` and ``configs/trainer/*.yaml``):
+AdamW, lr 1e-5, weight decay 0.01, effective batch 32 (8 x 4), linear schedule after one warmup
+epoch, 10 epochs, seed 42, NPO beta 0.1, forget and retain weights 1. RMU
+(``configs/trainer/RMU.yaml``, unchanged there since RMU was added in a897704, 2025-03-09):
+steering coefficient 2, retain weight 1, block 7 of Llama-3.2-1B's 16 steered (here the block at
+the same relative depth), and **every parameter trained** (``trainable_params_regex: .*``,
+``rmu_trainable="all"``), which is what the paper's TOFU runs used (the authors'
+``scripts/unlearn_baselines.sh`` runs ``trainer=RMU`` at its defaults). OpenUnlearning's WMDP
+experiment (``configs/experiment/unlearn/wmdp/default.yaml``) and the original WMDP code train only
+the MLP ``down_proj`` of blocks 5, 6, 7: ``rmu_trainable="down_proj"`` (that block and the two below).
 """
 from __future__ import annotations
 
@@ -50,7 +56,7 @@ METHODS = ("ga", "graddiff", "npo", "rmu")
 RMU_TRAINABLE_PRESETS = ("down_proj", "mlp", "all")
 # OpenUnlearning steers block 7 of Llama-3.2-1B-Instruct (16 blocks); other depths scale to it.
 RMU_REFERENCE_LAYER, RMU_REFERENCE_DEPTH = 7, 16
-RMU_BLOCKS_BELOW = 2  # presets train block L and the two below it (OpenUnlearning: 5, 6, 7)
+RMU_BLOCKS_BELOW = 2  # presets train block L and the two below it (OpenUnlearning's WMDP config: 5, 6, 7)
 SPEC_FILE = "unlearn_spec.json"
 # The term each method minimises on the forget side, and its sign in the loss.
 FORGET_TERM = {"ga": ("forget_nll", -1.0), "graddiff": ("forget_nll", -1.0),
@@ -79,7 +85,7 @@ class UnlearnConfig:
     rmu_layer: int | None = None  # decoder block steered by RMU; None: same relative depth as 7/16
     rmu_steering_coeff: float = 2.0  # c, the norm of RMU's control vector
     rmu_alpha: float = 1.0  # weight of RMU's retain MSE
-    rmu_trainable: str = "down_proj"  # down_proj | mlp | all | a regex over parameter names
+    rmu_trainable: str = "all"  # all (OpenUnlearning's RMU trainer, TOFU) | down_proj (its WMDP config) | mlp | a regex
     chat: bool = True  # the model's chat template around each pair
     max_len: int = 256  # tokens per example, longer ones are cut
 
@@ -159,9 +165,10 @@ def rmu_trainable_names(model: nn.Module, layer: int, which: str) -> list[str]:
     """Names of the parameters RMU updates.
 
     Args:
-        which: ``down_proj`` (MLP down projection of blocks ``L-2..L``, OpenUnlearning's choice, after
-            the WMDP code), ``mlp`` (every MLP weight of those blocks), ``all`` (every parameter; those
-            after block ``L`` get no gradient), or a regex matched in full against parameter names.
+        which: ``all`` (every parameter, those after block ``L`` get no gradient: OpenUnlearning's
+            RMU trainer default, ``.*``), ``down_proj`` (MLP down projection of blocks ``L-2..L``:
+            OpenUnlearning's WMDP experiment config, after the WMDP code), ``mlp`` (every MLP weight of
+            those blocks), or a regex matched in full against parameter names.
     Raises:
         ValueError: nothing matches.
     """

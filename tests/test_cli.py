@@ -54,12 +54,12 @@ def test_prune_frp_writes_checkpoint_and_record_that_match(tmp_path, tiny, token
     out_dir = tmp_path / "frp"
     out = _prune(tmp_path, "--model", "tiny", "--data", "synthetic", "--forget-split", "forget10",
                  "--retain-split", "retain90", "--method", "frp", "--sparsity", "0.1", "--beta", "0.05",
-                 "--lam", "0.5", "--n-calib", "400", "--max-len", "32", "--out", str(out_dir))
+                 "--variant", "eq6", "--lam", "0.5", "--n-calib", "400", "--max-len", "32", "--out", str(out_dir))
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     # the synthetic splits hold fewer than 400 records: all are used, and the record says so
     assert summary["n_forget_used"] == 30 and summary["n_retain_used"] == 270 and summary["calibration"]["n"] == 400
-    assert summary["method"] == "frp" and summary["variant"] == "paper" and summary["lam"] == 0.5
+    assert summary["method"] == "frp" and summary["variant"] == "eq6" and summary["lam"] == 0.5
     assert models.is_checkpoint(out_dir)
     record = models.load_record(out_dir)
     pruned, _ = models.load_model(str(out_dir))

@@ -203,3 +203,17 @@ def test_blocks_of_rows_change_nothing(setup, tokenizer, tmp_path, monkeypatch):
         for key in ("frag", "a_f", "a_r", "l2_all", "l2_scored"):
             assert getattr(blocked, key) == pytest.approx(getattr(whole, key), rel=1e-10), key
     assert frag.SafetensorsCheckpoint(tmp_path / "unl").rows("model.embed_tokens.weight", 5, 9).shape[0] == 4
+
+
+def test_moved_weights_are_counted_directly(setup):
+    """n_moved is the number of scored weights that changed at all: the measure of how much of a
+    dense update survives bf16 storage."""
+    _, w0, xf, xr = setup
+    wu = {k: v.clone() for k, v in w0.items()}
+    key = f"{sorted(xf)[0]}.weight"
+    wu[key][0, :5] += 1e-3
+    wu[key][1, 0] = 0.0 if wu[key][1, 0] != 0 else 1.0
+    res = frag.compute_frag(w0, wu, xf, xr)
+    n = sum(w0[f"{m}.weight"].numel() for m in xf)
+    direct = sum(int((wu[f"{m}.weight"] != w0[f"{m}.weight"]).sum()) for m in xf)
+    assert res.n_moved == direct == 6 and res.summary()["moved_fraction"] == pytest.approx(6 / n)

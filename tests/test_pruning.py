@@ -29,7 +29,7 @@ def test_frp_zeroes_exactly_the_top_of_s_in_each_row():
     m, xf, xr = _layer()
     w = m.weight.detach().clone()
     rho, beta, lam = 0.15, 0.05, 0.3
-    pruning.frp_prune({"l": m}, {"l": xf}, {"l": xr}, rho=rho, beta=beta, lam=lam)
+    pruning.frp_prune({"l": m}, {"l": xf}, {"l": xr}, rho=rho, beta=beta, lam=lam, variant="eq6")
     k = math.floor(rho * 20)
     for i in range(w.shape[0]):  # the slow way: rank each row by hand, take the k largest S
         a = w[i].abs()
@@ -60,7 +60,7 @@ def test_released_variant_never_prunes_vetoed_entries():
         m.weight[:, int((xf / xr).argmax())] *= 1000
     w = m.weight.detach().clone()
     pruning.frp_prune({"l": m}, {"l": xf}, {"l": xr}, rho=0.3, beta=0.0, lam=0.0, variant="released", veto=0.25)
-    ratio = (xf / (xr + 1e-6)).tolist()
+    ratio = (xf.float() / (xr.float() + 1e-6)).tolist()
     for i in range(w.shape[0]):  # the slow way: veto the top 5 by |W| x_r/x_f, prune the top 6 ratios left
         veto_score = (w[i].abs() * xr / (xf + 1e-6)).tolist()
         vetoed = set(sorted(range(20), key=lambda j: -veto_score[j])[:5])
@@ -92,12 +92,129 @@ def test_bad_prune_settings():
         pruning.frp_prune({"l": m}, {"l": xf}, {"l": xr}, rho=0.0)
     with pytest.raises(ValueError, match="variant"):
         pruning.frp_scores(m.weight, xf, xr, 0.05, 0.0, variant="other")
+    with pytest.raises(ValueError, match="has none"):  # the veto belongs to the released scoring only
+        pruning.frp_prune({"l": m}, {"l": xf}, {"l": xr}, rho=0.1, variant="eq6", veto=0.1)
+
+
+def test_defaults_are_the_authors_released_frp():
+    """frp/prune.py rank_combo as scripts/frp_tofu.sh runs it: lambda 0.05, plain FRP (P = 0), 3 %."""
+    import inspect
+
+    sig = inspect.signature(pruning.frp_prune)
+    assert (sig.parameters["variant"].default, sig.parameters["lam"].default, sig.parameters["veto"].default,
+            sig.parameters["rho"].default) == ("released", 0.05, 0.0, 0.03)
+    sig = inspect.signature(pruning.prune_checkpoint)
+    assert (sig.parameters["lam"].default, sig.parameters["veto"].default) == (0.05, 0.0)
+    assert pruning.canonical_variant("paper") == "eq6"
+
+
+# --- the authors' rank_combo, computed independently -------------------------------------------
+
+
+def rank_combo_by_hand(w, xf, xr, rho, lam, veto, eps=1e-6):
+    """The released FRP mask, one row at a time in pure Python over float32 values: ranks by
+    (value, position), S = rank(x_f/(x_r+eps)) + lam * rank(|W|) in float32, the top floor(P d_in)
+    entries by |W| x_r/(x_f+eps) vetoed, then the top floor(rho d_in) of S among the rest, ties
+    to the lower position. Returns the mask [d_out, d_in] (bool) and S."""
+    f32 = np.float32
+    a = np.abs(w.detach().float().numpy())
+    xf, xr = xf.float().numpy(), xr.float().numpy()
+    d_out, d_in = a.shape
+    ratio = [f32(xf[j]) / (f32(xr[j]) + f32(eps)) for j in range(d_in)]
+    protect = [f32(xr[j]) / (f32(xf[j]) + f32(eps)) for j in range(d_in)]
+    k, n_veto = math.floor(rho * d_in), math.floor(veto * d_in)
+    mask, scores = np.zeros(a.shape, dtype=bool), np.zeros(a.shape, dtype=np.float32)
+
+    def ranks(values):
+        order = sorted(range(d_in), key=lambda j: (values[j], j))
+        out = [0] * d_in
+        for position, j in enumerate(order):
+            out[j] = position
+        return out
+
+    ratio_rank = ranks(ratio)
+    for i in range(d_out):
+        w_rank = ranks([a[i, j] for j in range(d_in)])
+        s = [f32(ratio_rank[j]) + f32(lam) * f32(w_rank[j]) for j in range(d_in)]
+        p = [f32(a[i, j]) * protect[j] for j in range(d_in)]
+        vetoed = set(sorted(range(d_in), key=lambda j: (-p[j], j))[:n_veto])
+        chosen = sorted((j for j in range(d_in) if j not in vetoed), key=lambda j: (-s[j], j))[:k]
+        mask[i, chosen] = True
+        scores[i] = s
+    return mask, scores
+
+
+@pytest.mark.parametrize("bf16_weights", [False, True])
+@pytest.mark.parametrize("rho,lam,veto", [(0.03, 0.05, 0.0), (0.03, 0.05, 0.15), (0.1, 0.0, 0.05), (0.05, 0.5, 0.3)])
+def test_released_frp_is_rank_combo_with_the_veto(rho, lam, veto, bf16_weights):
+    """Against an independent slow implementation, on random layers; bf16 weights tie often in |W|."""
+    gen = torch.Generator().manual_seed(int(rho * 1000 + lam * 100 + veto * 10))
+    d_in = 192
+    m = nn.Linear(d_in, 24, bias=False)
+    with torch.no_grad():
+        w = torch.randn(24, d_in, generator=gen) * 0.05
+        m.weight.copy_(w.to(torch.bfloat16).float() if bf16_weights else w)
+    xf, xr = torch.rand(d_in, generator=gen) + 0.05, torch.rand(d_in, generator=gen) + 0.05
+    w0 = m.weight.detach().clone()
+    expected, s_hand = rank_combo_by_hand(w0, xf, xr, rho, lam, veto)
+    s, _ = pruning.frp_scores(w0, xf, xr, beta=0.05, lam=lam, variant="released")
+    assert s.dtype == torch.float32 and np.array_equal(s.numpy(), s_hand)
+    rep = pruning.frp_prune({"l": m}, {"l": xf}, {"l": xr}, rho=rho, lam=lam, variant="released", veto=veto)
+    got = (m.weight == 0).numpy()
+    assert np.array_equal(got, expected)
+    assert rep["l"]["distinct_row_masks"] == len({tuple(r) for r in expected.tolist()})
+    if bf16_weights:
+        assert len(set(w0.abs()[0].tolist())) < d_in  # ties in |W| were there to break
+
+
+def test_released_frp_matches_the_authors_torch_ops_where_order_is_defined():
+    """The authors' rank_combo, written with their torch calls (argsort().argsort(), topk), on fp32
+    weights (no ties in |W|): the same scores, the same vetoed entries, and the same multiset of
+    pruned scores in every row (their topk leaves the order among equal S unspecified)."""
+    gen = torch.Generator().manual_seed(7)
+    d_in, rho, lam, p = 576, 0.03, 0.05, 0.15
+    m = nn.Linear(d_in, 64, bias=False)
+    with torch.no_grad():
+        m.weight.copy_(torch.randn(64, d_in, generator=gen))
+    fn, rn = torch.rand(d_in, generator=gen) + 0.05, torch.rand(d_in, generator=gen) + 0.05
+    W = m.weight.detach().float().abs()
+    act_ranks = (fn / (rn + 1e-6)).unsqueeze(0).expand_as(W).argsort(dim=1).argsort(dim=1).float()
+    s_theirs = act_ranks + lam * W.argsort(dim=1).argsort(dim=1).float()
+    pidx = torch.topk(W * (rn / (fn + 1e-6)).unsqueeze(0), int(p * d_in), dim=1).indices
+    protected = torch.zeros_like(s_theirs, dtype=torch.bool).scatter_(1, pidx, True)
+    masked = s_theirs.clone()
+    masked[protected] = float("-inf")
+    theirs = torch.zeros_like(masked, dtype=torch.bool).scatter_(1, torch.topk(masked, int(rho * d_in), dim=1).indices, True)
+
+    s_ours, _ = pruning.frp_scores(m.weight.detach(), fn, rn, beta=0.05, lam=lam, variant="released")
+    assert torch.equal(s_ours, s_theirs)
+    pruning.frp_prune({"l": m}, {"l": fn}, {"l": rn}, rho=rho, lam=lam, variant="released", veto=p)
+    ours = m.weight == 0
+    assert not (ours & protected).any()
+    for i in range(64):
+        assert sorted(s_theirs[i][ours[i]].tolist()) == sorted(s_theirs[i][theirs[i]].tolist())
+
+
+def test_without_the_magnitude_rank_released_frp_prunes_columns():
+    """lambda = 0 (what every FRP record before 2026-11-25 ran): the score is the same in every row,
+    so every row prunes the same input channels; lambda 0.05 does not."""
+    gen = torch.Generator().manual_seed(3)
+    d_in = 576
+    xf, xr = torch.rand(d_in, generator=gen) + 0.05, torch.rand(d_in, generator=gen) + 0.05
+    w = torch.randn(48, d_in, generator=gen)
+    counts = {}
+    for lam in (0.0, 0.05):
+        m = nn.Linear(d_in, 48, bias=False)
+        with torch.no_grad():
+            m.weight.copy_(w)
+        counts[lam] = pruning.frp_prune({"l": m}, {"l": xf}, {"l": xr}, rho=0.03, lam=lam, variant="released")["l"]["distinct_row_masks"]
+    assert counts[0.0] == 1 and counts[0.05] > 1
 
 
 # --- FRP on the tiny model, against a direct per-row computation -------------------------------
 
 
-def frp_by_hand(w, xf, xr, rho, beta, lam, variant="paper", veto=0.0, eps=1e-6):
+def frp_by_hand(w, xf, xr, rho, beta, lam, variant="eq6", veto=0.0, eps=1e-6):
     """Per-row FRP scores S, vetoed entries and budget k, computed directly with NumPy sorts.
 
     Returns ``(S [d_out, d_in], vetoed [d_out, d_in] bool, k)``.
@@ -107,7 +224,7 @@ def frp_by_hand(w, xf, xr, rho, beta, lam, variant="paper", veto=0.0, eps=1e-6):
     rank = lambda v: np.argsort(np.argsort(v, axis=1, kind="stable"), axis=1, kind="stable")  # noqa: E731
     f, r = a * (xf / (xr + eps)), a * (xr / (xf + eps))
     vetoed = np.zeros(w.shape, dtype=bool)
-    if variant == "paper":
+    if variant in ("eq6", "paper"):
         s = rank(f) - beta * rank(r) + lam * rank(a)
     else:
         s = rank(np.broadcast_to(xf / (xr + eps), w.shape)) + lam * rank(a)
@@ -116,7 +233,7 @@ def frp_by_hand(w, xf, xr, rho, beta, lam, variant="paper", veto=0.0, eps=1e-6):
     return s, vetoed, math.floor(rho * w.shape[1])
 
 
-def check_frp_rows(before, after, xf, xr, rho, beta, lam, variant="paper", veto=0.0):
+def check_frp_rows(before, after, xf, xr, rho, beta, lam, variant="eq6", veto=0.0):
     """Every row lost exactly k entries, nothing else moved, none vetoed, and the lost ones are the
     top of S among the allowed entries (ties at the threshold allowed either way)."""
     s, vetoed, k = frp_by_hand(before, xf, xr, rho, beta, lam, variant, veto)
@@ -141,7 +258,7 @@ def tiny_norms(tokenizer):
     return model, xf, xr
 
 
-@pytest.mark.parametrize("variant,rho,lam,veto", [("paper", 0.03, 0.0, 0.0), ("paper", 0.1, 0.5, 0.0),
+@pytest.mark.parametrize("variant,rho,lam,veto", [("eq6", 0.03, 0.0, 0.0), ("paper", 0.1, 0.5, 0.0),
                                                   ("released", 0.1, 0.0, 0.3), ("released", 0.05, 0.2, 0.05)])
 def test_frp_on_tiny_model_is_the_top_of_s_per_row(tiny_norms, variant, rho, lam, veto):
     model, xf, xr = tiny_norms
@@ -150,8 +267,9 @@ def test_frp_on_tiny_model_is_the_top_of_s_per_row(tiny_norms, variant, rho, lam
                                                                             variant=variant, veto=veto))
     for name, w0 in before.items():
         _, vetoed, k = check_frp_rows(w0, sd[f"{name}.weight"], xf[name], xr[name], rho, 0.05, lam, variant, veto)
+        distinct = int(torch.unique(sd[f"{name}.weight"] == 0, dim=0).shape[0])
         assert k >= 1 and report[name] == {"pruned_per_row": k, "row_sparsity": k / w0.shape[1],
-                                           "pruned": k * w0.shape[0], "d_in": w0.shape[1]}
+                                           "pruned": k * w0.shape[0], "d_in": w0.shape[1], "distinct_row_masks": distinct}
         if variant == "released" and veto >= 0.3:  # the veto binds: some top-ratio entries were protected
             top_ratio = np.argsort(-(xf[name] / (xr[name] + 1e-6)).numpy(), kind="stable")[:k]
             assert vetoed[:, top_ratio].any()

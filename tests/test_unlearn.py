@@ -12,6 +12,12 @@ from conftest import same_weights
 
 # A handful of steps on the tiny model, learning rate large enough to move it visibly.
 FAST = dict(epochs=2, lr=2e-3, batch_size=4, grad_accum=1, warmup_epochs=0, bf16=False, seed=0)
+
+
+def _config(method):
+    """FAST settings; RMU with the down_proj preset (OpenUnlearning's WMDP config), which a test
+    checks moves only those weights."""
+    return U.UnlearnConfig(method, **FAST, **({"rmu_trainable": "down_proj"} if method == "rmu" else {}))
 PAD = 2  # SmolLM2's pad token (checked in the fixture)
 
 
@@ -57,7 +63,7 @@ def runs(tokenizer, forget, retain, target, tmp_path_factory):
     out = {}
     pairs = _pairs(tokenizer, forget, retain)
     for method in U.METHODS:
-        cfg = U.UnlearnConfig(method, **FAST)
+        cfg = _config(method)
         objective = U.Objective(cfg, target, train.QADataset(tokenizer, forget), PAD)
         before = U.evaluate_objective(objective, target, pairs, PAD)
         model = _fresh(target)
@@ -117,8 +123,7 @@ class _PairingEpochs(TrainerCallback):
 @pytest.mark.parametrize("method", U.METHODS)
 def test_runs_are_reproducible_from_the_seed(runs, tokenizer, forget, retain, target, method, tmp_path):
     model, epochs = _fresh(target), _PairingEpochs()
-    U.unlearn(model, tokenizer, forget, [] if method == "ga" else retain, U.UnlearnConfig(method, **FAST), tmp_path,
-              callbacks=[epochs])
+    U.unlearn(model, tokenizer, forget, [] if method == "ga" else retain, _config(method), tmp_path, callbacks=[epochs])
     assert same_weights(model, runs[method]["model"])
     assert epochs.seen == [0, 0, 1, 1]  # pairs redrawn at the second epoch
 
@@ -269,3 +274,12 @@ def test_bad_settings_raise_clear_errors(tokenizer, tiny, forget, retain, tmp_pa
         U.unlearn(tiny, tokenizer, [], retain, U.UnlearnConfig("ga"), tmp_path / "b")
     with pytest.raises(ValueError, match="retain set is empty"):
         U.unlearn(tiny, tokenizer, forget, [], U.UnlearnConfig("graddiff"), tmp_path / "c")
+
+
+def test_rmu_trains_every_parameter_by_default_as_openunlearning_trainer(tiny):
+    """configs/trainer/RMU.yaml (OpenUnlearning d3d7cf9): trainable_params_regex '.*'; the WMDP
+    experiment's down_proj of blocks L-2..L is the named alternative."""
+    assert U.UnlearnConfig("rmu").rmu_trainable == "all"
+    names = [n for n, _ in tiny.named_parameters()]
+    assert U.rmu_trainable_names(tiny, 1, "all") == names
+    assert U.rmu_trainable_names(tiny, 1, "down_proj") == [n for n in names if n.endswith("mlp.down_proj.weight")]

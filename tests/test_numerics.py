@@ -1,0 +1,132 @@
+"""Deterministic mode and bf16 weight storage (frag_utils.numerics), checked against direct
+computations: bf16 rounding by bit arithmetic, a half-ulp update, a native bf16 optimizer step."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from frag_utils import frag, models, numerics, train
+
+from conftest import same_weights
+
+
+def bf16_by_bits(x: torch.Tensor) -> torch.Tensor:
+    """Round fp32 to the nearest bf16 value (ties to even) by integer arithmetic on the bit pattern."""
+    u = x.contiguous().numpy().view(np.uint32).astype(np.uint64)
+    r = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) << 16
+    return torch.from_numpy((r & 0xFFFFFFFF).astype(np.uint32).view(np.float32))
+
+
+def test_round_to_bf16_is_round_to_nearest_even():
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(4096, generator=gen) * torch.logspace(-6, 2, 4096)
+    ties = torch.tensor([1.0 + 2 ** -8, 1.0 + 3 * 2 ** -8, -(1.0 + 2 ** -8)])  # exactly half an ulp above 1, 1+2^-7
+    for t in (x, ties):
+        p = nn.Parameter(t.clone())
+        changed = numerics.round_to_bf16_([p])
+        assert torch.equal(p.data, bf16_by_bits(t))
+        assert changed == int((bf16_by_bits(t) != t).sum())
+        assert numerics.is_bf16_representable(p.data)
+    assert bf16_by_bits(ties).tolist() == [1.0, 1.0 + 2 ** -6, -1.0]  # ties go to the even mantissa
+
+
+def test_an_update_below_half_an_ulp_is_lost_and_one_above_is_kept():
+    w = torch.tensor([0.75, 0.75, 0.75])  # bf16 ulp in [0.5, 1) is 2^-8
+    p = nn.Parameter(w.clone())
+    with torch.no_grad():
+        p.add_(torch.tensor([0.49 * 2 ** -8, -0.49 * 2 ** -8, 0.51 * 2 ** -8]))
+    numerics.round_to_bf16_([p])
+    assert p.data.tolist() == [0.75, 0.75, 0.75 + 2 ** -8]
+
+
+def test_emulated_bf16_storage_equals_a_native_bf16_sgd_step():
+    """fp32 compute, then rounding, is what a bf16 parameter's own update does (torch computes a
+    bf16 add in fp32 and rounds once), given the same gradient. The learning rate is a bf16 value:
+    torch's bf16 kernel rounds the scalar to bf16 first (3e-3 becomes 0.0029984), a difference of
+    the native path, not of the storage."""
+    gen = torch.Generator().manual_seed(1)
+    w = (torch.randn(64, 32, generator=gen) * 0.05).to(torch.bfloat16)
+    g = torch.randn(64, 32, generator=gen).to(torch.bfloat16)
+    for foreach in (False, True):
+        native, emulated = nn.Parameter(w.clone()), nn.Parameter(w.float())
+        native.grad, emulated.grad = g.clone(), g.float()
+        for p in (native, emulated):
+            torch.optim.SGD([p], lr=2 ** -9, foreach=foreach).step()
+        numerics.round_to_bf16_([emulated])
+        assert torch.equal(native.data.float(), emulated.data)
+        moved = native.data.float() != w.float()
+        assert 0 < int(moved.sum()) < moved.numel()  # some steps below half an ulp were lost, some kept
+
+
+def test_training_with_bf16_storage_keeps_every_weight_a_bf16_value(tokenizer, qa_records, tmp_path):
+    cfg = train.TrainConfig(epochs=2, lr=1e-3, batch_size=4, warmup_epochs=0.0, bf16=False, seed=0, weights="bf16")
+    model = models.build_tiny_model(len(tokenizer), seed=0)
+    start = {n: p.detach().to(torch.bfloat16).float() for n, p in model.named_parameters()}
+    train.finetune(model, tokenizer, qa_records[:8], cfg, tmp_path / "work")
+    assert all(numerics.is_bf16_representable(p) for p in model.parameters())
+    moved = sum(int((p.detach() != start[n]).sum()) for n, p in model.named_parameters())
+    total = sum(p.numel() for p in model.parameters())
+    assert 0 < moved < total  # some updates survive the rounding, not all (lr 1e-3 is near the ulp)
+    fp32 = models.build_tiny_model(len(tokenizer), seed=0)
+    train.finetune(fp32, tokenizer, qa_records[:8], train.TrainConfig(**{**cfg.as_dict(), "weights": "fp32"}),
+                   tmp_path / "work32")
+    assert not same_weights(model, fp32)
+
+
+def test_bf16_checkpoints_are_saved_as_bf16_and_refused_when_not_bf16_values(tokenizer, tmp_path):
+    model = models.build_tiny_model(len(tokenizer), seed=0)
+    with pytest.raises(ValueError, match="not bf16 values"):
+        models.save_checkpoint(model, tokenizer, tmp_path / "refused", weights="bf16")
+    numerics.round_to_bf16_(model.parameters())
+    expected = {n: p.detach().clone() for n, p in model.named_parameters()}
+    models.save_checkpoint(model, tokenizer, tmp_path / "b", weights="bf16")
+    loaded = frag.SafetensorsCheckpoint(tmp_path / "b")
+    assert all(loaded.get(k).dtype == torch.bfloat16 for k in loaded.keys())
+    back, _ = models.load_model(str(tmp_path / "b"))
+    assert all(torch.equal(p.detach(), expected[n]) for n, p in back.named_parameters())
+
+
+def test_weights_sha256_sees_one_changed_bit_and_nothing_else(tokenizer, tmp_path):
+    model = models.build_tiny_model(len(tokenizer), seed=0)
+    models.save_checkpoint(model, tokenizer, tmp_path / "a", record={"note": "one"})
+    models.save_checkpoint(model, tokenizer, tmp_path / "b", record={"note": "two"})  # same weights, other record
+    assert models.weights_sha256(tmp_path / "a") == models.weights_sha256(tmp_path / "b")
+    with torch.no_grad():
+        w = model.model.layers[0].mlp.down_proj.weight
+        w.view(torch.int32)[0, 0] ^= 1  # the lowest mantissa bit of one weight
+    models.save_checkpoint(model, tokenizer, tmp_path / "c")
+    assert models.weights_sha256(tmp_path / "c") != models.weights_sha256(tmp_path / "a")
+    assert models.weights_sha256("tiny") is None and models.weights_sha256(tmp_path / "missing") is None
+
+
+def test_bf16_autocast_is_refused_on_the_cpu_in_deterministic_mode(monkeypatch):
+    monkeypatch.delenv(numerics.OPT_OUT, raising=False)
+    with pytest.raises(numerics.NumericsError, match="fp32"):
+        numerics.check_autocast(True, "cpu")
+    numerics.check_autocast(True, "cuda:0")
+    numerics.check_autocast(False, "cpu")
+    monkeypatch.setenv(numerics.OPT_OUT, "0")
+    numerics.check_autocast(True, "cpu")
+    with pytest.raises(numerics.NumericsError, match="weights must be one of"):
+        numerics.check_weights("fp16")
+
+
+def test_set_deterministic_env_respects_the_opt_out_and_existing_values():
+    assert numerics.set_deterministic_env({}) == numerics.DETERMINISTIC_ENV
+    assert numerics.set_deterministic_env({"FRAG_DETERMINISTIC": "0"}) == {"FRAG_DETERMINISTIC": "0"}
+    assert numerics.set_deterministic_env({"ATEN_CPU_CAPABILITY": "default"})["ATEN_CPU_CAPABILITY"] == "default"
+
+
+def test_importing_frag_utils_first_puts_a_fresh_process_in_deterministic_mode():
+    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", numerics.OPT_OUT)}
+    code = "import frag_utils, json; from frag_utils import numerics; print(json.dumps(numerics.status()))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert '"deterministic": true' in out and '"aten_cpu_capability": "AVX2"' in out
+    # torch loaded first: the variables came too late, and the status says so
+    code = "import torch, frag_utils, json; from frag_utils import numerics; print(json.dumps(numerics.status()))"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert '"torch_imported_before_frag_utils": true' in out
