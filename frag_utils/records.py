@@ -42,6 +42,11 @@ def seed_everything(seed: int) -> None:
 OUTPUT_PATHSPECS = (":(exclude,glob)papermill_runs/[0-9]*/**", ":(exclude)figures", ":(exclude)bench/results")
 
 
+# Set by the runner before a notebook starts (``<commit>:<1|0|?>``): a record names the code the run
+# started from, not whatever HEAD is when it ends hours later.
+RUN_COMMIT_ENV = "FRAG_RUN_COMMIT"
+
+
 def git_commit(root: str | os.PathLike | None = None) -> dict:
     """The repository's HEAD commit and whether tracked files other than outputs had uncommitted
     changes (``dirty``; see ``OUTPUT_PATHSPECS``); both ``None`` where git cannot tell (no git, not
@@ -50,6 +55,10 @@ def git_commit(root: str | os.PathLike | None = None) -> dict:
     Args:
         root: the repository (default: this one).
     """
+    if root is None and os.environ.get(RUN_COMMIT_ENV):  # a run of the runner: the code it started with
+        commit, _, dirty = os.environ[RUN_COMMIT_ENV].partition(":")
+        return {"commit": commit or None, "dirty": {"1": True, "0": False}.get(dirty)}
+
     def git(*args):  # a failing git (no repository, a rejected pathspec) must not read as "clean"
         return subprocess.run(["git", *args], cwd=root or paths.REPO_ROOT, capture_output=True, text=True,
                               timeout=10, check=True).stdout.strip()

@@ -246,6 +246,12 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL) -> dict:
     tmp = spec.out_dir / f".{spec.notebook.name}.running"
     os.environ["FRAG_PROGRESS"] = "0"  # the kernel inherits this: no progress bars in the record
     numerics.set_deterministic_env()  # and deterministic mode, also where the kernel spec lacks it
+    from .records import RUN_COMMIT_ENV, git_commit
+
+    os.environ.pop(RUN_COMMIT_ENV, None)
+    start_git = git_commit()  # the record names the code this run starts from
+    dirty = {True: "1", False: "0"}.get(start_git["dirty"], "?")
+    os.environ[RUN_COMMIT_ENV] = f"{start_git['commit'] or ''}:{dirty}"
     start = time.time()
     papermill.execute_notebook(str(spec.notebook), str(tmp), parameters=spec.params, kernel_name=kernel,
                                cwd=str(paths.NOTEBOOKS_DIR), progress_bar=False, log_output=False)

@@ -75,3 +75,14 @@ def test_environment_names_the_cpu_features_that_decide_bf16_kernels():
     if "cpu_flags" in env:  # Linux: read from /proc/cpuinfo, only the flags that matter, in a fixed order
         assert env["cpu_flags"] == [f for f in records.BF16_FLAGS if f in env["cpu_flags"]]
         assert ("avx2" in env["cpu_flags"]) == (" avx2" in open("/proc/cpuinfo").read())
+
+
+def test_a_run_names_the_commit_it_started_from(monkeypatch):
+    from frag_utils import records
+
+    monkeypatch.setenv(records.RUN_COMMIT_ENV, "abc123:0")
+    assert records.git_commit() == {"commit": "abc123", "dirty": False}
+    monkeypatch.setenv(records.RUN_COMMIT_ENV, "abc123:1")
+    assert records.git_commit()["dirty"] is True
+    monkeypatch.setenv(records.RUN_COMMIT_ENV, "abc123:?")
+    assert records.git_commit()["dirty"] is None
