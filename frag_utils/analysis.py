@@ -113,3 +113,40 @@ def standardised(df: pd.DataFrame, predictors: Sequence[str] = PREDICTORS) -> pd
         sd = df[p].std(ddof=0)
         out[p] = (df[p] - df[p].mean()) / sd if sd > 0 else 0.0
     return out
+
+
+# The paper's Table 3 (the authors' analysis/table3_spearman.py): a fixed method list, one
+# checkpoint per method and forget split at its main setting, the forget+retain attack. GA is left
+# out by name as collapsed; no utility rule. Columns: all, and without FRP.
+PAPER_TABLE3_METHODS = ("graddiff", "npo", "rmu", "sp", "frp")
+PAPER_TABLE3_PREDICTORS = ("l2_all", "FRAG_x100", "A_f_x100")
+
+
+def paper_table3_checkpoints(df: pd.DataFrame, main_runs: set[str],
+                             methods: Sequence[str] = PAPER_TABLE3_METHODS) -> pd.DataFrame:
+    """The checkpoints of the paper's Table 3: rows of ``df`` whose ``unlearned_run`` is one of the
+    ``main_runs`` (each method's main setting) and whose method is in ``methods``.
+
+    Args:
+        df: one row per attacked checkpoint with ``method``, ``forget_split``, ``unlearned_run``.
+        main_runs: the notebook-05 run names that are the main settings, on every split.
+    Returns:
+        The selected rows, sorted by method and split.
+    Raises:
+        ValueError: two main checkpoints for one (method, split) (the main settings are ambiguous).
+    """
+    chosen = df[df.method.isin(methods) & df.unlearned_run.isin(main_runs)]
+    twice = chosen.groupby(["method", "forget_split"]).size()
+    if (twice > 1).any():
+        raise ValueError(f"More than one main checkpoint for {list(twice[twice > 1].index)}: name one run per "
+                         "method and split as its main setting.")
+    order = {m: i for i, m in enumerate(methods)}
+    return chosen.assign(_o=chosen.method.map(order)).sort_values(["_o", "forget_split"]).drop(columns="_o")
+
+
+def paper_table3(chosen: pd.DataFrame, predictors: Sequence[str] = PAPER_TABLE3_PREDICTORS,
+                 n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
+    """Spearman rho of each predictor with ΔES over the Table 3 checkpoints, "all" and "w/o FRP",
+    with bootstrap intervals (one row per predictor and subset)."""
+    return predictor_table(chosen, {"all": chosen.method.ne(""), "w/o FRP": chosen.method.ne("frp")},
+                           predictors=predictors, n_boot=n_boot, seed=seed)

@@ -103,3 +103,26 @@ def test_bootstrap_drops_non_finite_pairs_for_rho_and_interval_alike():
     clean = A.bootstrap_spearman(x, y, n_boot=300, seed=1)
     assert with_nan["n_dropped"] == 1 and with_nan["n"] == 12
     assert (with_nan["rho"], with_nan["low"], with_nan["high"]) == (clean["rho"], clean["low"], clean["high"])
+
+
+def test_paper_table3_takes_one_main_checkpoint_per_method_and_split_without_ga():
+    rows = []
+    for split in ("forget01", "forget05", "forget10"):
+        for method in ("ga", "graddiff", "npo", "rmu", "sp", "frp", "gold"):
+            for setting in ("main", "sweep"):
+                rows.append({"method": method, "forget_split": split, "unlearned_run": f"{method}_{split}_{setting}",
+                             "delta_es": len(rows) % 7 / 10, "l2_all": len(rows) % 5, "FRAG_x100": len(rows) % 3,
+                             "A_f_x100": len(rows) % 4})
+    df = pd.DataFrame(rows)
+    main = {r for r in df.unlearned_run if r.endswith("_main")}
+    chosen = A.paper_table3_checkpoints(df, main)
+    assert len(chosen) == 15 and set(chosen.method) == {"graddiff", "npo", "rmu", "sp", "frp"}
+    assert (chosen.groupby(["method", "forget_split"]).size() == 1).all()
+    assert chosen.unlearned_run.str.endswith("_main").all()
+    table = A.paper_table3(chosen, n_boot=50)
+    by = table.set_index(["subset", "predictor"])
+    assert by.loc[("all", "l2_all"), "n"] == 15 and by.loc[("w/o FRP", "l2_all"), "n"] == 12
+    slow = A.spearman(chosen[chosen.method != "frp"].l2_all, chosen[chosen.method != "frp"].delta_es)
+    assert by.loc[("w/o FRP", "l2_all"), "rho"] == pytest.approx(slow)
+    with pytest.raises(ValueError, match="More than one main checkpoint"):
+        A.paper_table3_checkpoints(df, main | {"npo_forget10_sweep"})
