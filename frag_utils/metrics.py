@@ -30,6 +30,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
+from . import prompts
 from .prompts import IGNORE, batches, collate, encode_qa, end_of_turn_id, prompt_ids
 
 UTILITY_SETS = ("retain_perturbed", "real_authors_perturbed", "world_facts_perturbed")
@@ -381,6 +382,7 @@ def evaluate_model_cached(model_id: str, data_source: str, forget_split: str, li
 
     sets = [f"{forget_split}_perturbed", "retain_perturbed", *UTILITY_SETS]
     key = {"model": calibration.model_key(model_id), "data_source": data_source,
+           **({"prompt_template": prompts.template_name()} if prompts.template_name() != "model" else {}),
            "data": {s: data.load_split(data_source, s, limit) for s in sets},
            "max_new_tokens": max_new_tokens, "batch_size": batch_size, "device": device}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]

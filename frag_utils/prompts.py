@@ -1,5 +1,15 @@
 """Question/answer prompts: the model's own chat template, labels on answer tokens only.
 
+Which messages go through the chat template is one process-wide setting, :func:`set_template`:
+
+* ``model`` (default, the embedded profiles): the question alone as the user message. Templates
+  that add a system prompt of their own do so (SmolLM2's inserts "You are a helpful AI assistant
+  named SmolLM, trained by Hugging Face").
+* ``openunlearning`` (the paper profile): OpenUnlearning's ``template_args`` for Llama-3.2-*-Instruct
+  (``configs/model/Llama-3.2-1B-Instruct.yaml`` at d3d7cf9): the system prompt "You are a helpful
+  assistant." and the chat template's ``date_string`` "10 Apr 2025", so that a researcher scoring
+  OpenUnlearning's released checkpoints sees the prompts they were trained and evaluated with.
+
 An encoded example is ``{"input_ids": [T], "labels": [T], "prompt_len": int}`` where ``labels`` is
 ``-100`` on the prompt and carries the answer tokens followed by the end-of-turn token.
 Batches are padded on the right for teacher-forced passes (position ids stay 0..T-1 for real
@@ -13,6 +23,40 @@ import torch
 
 IGNORE = -100
 PLAIN_TEMPLATE = "Question: {question}\nAnswer: "
+TEMPLATES = {
+    "model": {},
+    "openunlearning": {"system_prompt": "You are a helpful assistant.", "date_string": "10 Apr 2025"},
+}
+_active = {"name": "model"}
+
+
+def set_template(name: str) -> dict:
+    """Use the named prompt template (:data:`TEMPLATES`) for every chat prompt of this process.
+
+    Returns:
+        Its arguments. Raises ValueError for an unknown name.
+    """
+    if name not in TEMPLATES:
+        raise ValueError(f"Unknown prompt template {name!r}; choose one of {sorted(TEMPLATES)} (model: the "
+                         "tokenizer's chat template as it is; openunlearning: OpenUnlearning's template_args).")
+    _active["name"] = name
+    return dict(TEMPLATES[name])
+
+
+def template_name() -> str:
+    """The prompt template in use (part of every cache key that depends on prompts)."""
+    return _active["name"]
+
+
+def _render(tokenizer: Any, messages: list[dict], add_generation_prompt: bool) -> list[int]:
+    """Token ids of ``messages`` through the chat template, with the active template's system
+    prompt first and its date string passed to the template."""
+    args = TEMPLATES[_active["name"]]
+    if args.get("system_prompt"):
+        messages = [{"role": "system", "content": args["system_prompt"]}, *messages]
+    extra = {"date_string": args["date_string"]} if args.get("date_string") else {}
+    out = tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=True, **extra)
+    return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
 
 
 def _has_chat_template(tokenizer: Any) -> bool:
@@ -22,9 +66,7 @@ def _has_chat_template(tokenizer: Any) -> bool:
 def prompt_ids(tokenizer: Any, question: str, chat: bool = True) -> list[int]:
     """Token ids of the prompt that asks ``question`` and opens the assistant's turn."""
     if chat and _has_chat_template(tokenizer):
-        out = tokenizer.apply_chat_template([{"role": "user", "content": question}],
-                                            add_generation_prompt=True, tokenize=True)
-        return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
+        return _render(tokenizer, [{"role": "user", "content": question}], add_generation_prompt=True)
     ids = tokenizer(PLAIN_TEMPLATE.format(question=question), add_special_tokens=True)["input_ids"]
     return list(ids)
 
@@ -41,9 +83,8 @@ def end_of_turn_id(tokenizer: Any) -> int:
         if _has_chat_template(tokenizer):
             marker = "zq"
             p = prompt_ids(tokenizer, "q", chat=True)
-            full = tokenizer.apply_chat_template([{"role": "user", "content": "q"},
-                                                  {"role": "assistant", "content": marker}], tokenize=True)
-            full = list(full["input_ids"] if hasattr(full, "keys") else full)
+            full = _render(tokenizer, [{"role": "user", "content": "q"}, {"role": "assistant", "content": marker}],
+                           add_generation_prompt=False)
             a = tokenizer(marker, add_special_tokens=False)["input_ids"]
             if full[:len(p)] == p and full[len(p):len(p) + len(a)] == list(a) and len(full) > len(p) + len(a):
                 eot = full[len(p) + len(a)]

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from frag_utils import metrics, prompts
@@ -43,3 +44,24 @@ def test_padding_never_changes_real_tokens(partly_trained, tokenizer, qa_records
     qs = [r["question"] for r in qa_records]
     assert metrics.generate_answers(partly_trained, tokenizer, qs, 12, batch_size=8) == \
         metrics.generate_answers(partly_trained, tokenizer, qs, 12, batch_size=1)
+
+
+def test_openunlearning_template_adds_its_system_prompt_and_date(tokenizer):
+    """configs/model/Llama-3.2-1B-Instruct.yaml template_args: the system prompt and date string go
+    through the chat template; the answer's labels are the same tokens either way."""
+    q, a = "Who wrote it?", "Jane Doe wrote it."
+    try:
+        plain = prompts.encode_qa(tokenizer, q, a)
+        prompts.set_template("openunlearning")
+        ou = prompts.encode_qa(tokenizer, q, a)
+        direct = tokenizer.apply_chat_template([{"role": "system", "content": "You are a helpful assistant."},
+                                                {"role": "user", "content": q}], add_generation_prompt=True,
+                                               tokenize=False, date_string="10 Apr 2025")
+        assert tokenizer.decode(ou["input_ids"][:ou["prompt_len"]]) == direct
+        assert "You are a helpful assistant." in direct and "SmolLM" not in direct
+        assert [t for t in ou["labels"] if t != prompts.IGNORE] == [t for t in plain["labels"] if t != prompts.IGNORE]
+        with pytest.raises(ValueError, match="Unknown prompt template"):
+            prompts.set_template("llama")
+    finally:
+        prompts.set_template("model")
+    assert prompts.encode_qa(tokenizer, q, a) == plain
