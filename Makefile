@@ -15,7 +15,7 @@ export ATEN_CPU_CAPABILITY ?= avx2
 export MKL_CBWR ?= AVX2
 endif
 
-.PHONY: setup test test-package test-notebooks reproduce bench clean-scratch
+.PHONY: setup test test-package test-notebooks reproduce verify bench clean-scratch
 
 $(STAMP): requirements.txt requirements-embedded.txt pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ test-notebooks: $(STAMP)
 
 reproduce: $(STAMP)
 	$(PY) -m frag_utils reproduce --profile $(PROFILE) $(if $(SELECT),--select $(SELECT),) $(if $(FORCE),--force,)
+
+# make verify RUN=02_target_and_gold/tiny: remake a recorded run (and what it reads) from an empty cache, compare
+verify: $(STAMP)
+	@test -n "$(RUN)" || { echo "make verify needs RUN=<notebook>/<run folder>, e.g. RUN=02_target_and_gold/tiny"; exit 2; }
+	$(PY) -m frag_utils verify $(RUN)
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

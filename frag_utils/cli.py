@@ -123,6 +123,23 @@ def _reproduce(args: argparse.Namespace) -> list[dict]:
     return runs.run_grid(runs.grid(args.profile), force=args.force, select=args.select)
 
 
+def _verify(args: argparse.Namespace) -> list[dict]:
+    from . import runs
+
+    report = runs.verify(args.run, args.workdir)
+    for entry in report:
+        print(f"{entry['run']}: {'identical' if entry['identical'] else 'DIFFERS'}")
+        for name, state in entry["checkpoints"].items():
+            print(f"  checkpoint {name}: {state}")
+        for d in entry["differences"][:20]:
+            print(f"  {d}")
+        if len(entry["differences"]) > 20:
+            print(f"  ... and {len(entry['differences']) - 20} more")
+    if not all(e["identical"] for e in report):
+        raise runs.RunError("the remade runs differ from their records (listed above)")
+    return report
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="frag", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -196,6 +213,12 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--no-cache", action="store_true", help="recompute FRP calibration norms")
     pr.add_argument("--out", required=True, help="checkpoint directory to write (replaced whole)")
     pr.set_defaults(func=_prune)
+
+    ve = sub.add_parser("verify", help="remake a recorded run and what it reads from, from an empty cache, "
+                                       "and compare every number and checkpoint hash with the record")
+    ve.add_argument("run", help="<notebook>/<run folder>, e.g. 02_target_and_gold/tiny")
+    ve.add_argument("--workdir", default=None, help="keep the clone and its cache here (default: a temporary folder)")
+    ve.set_defaults(func=_verify)
 
     run = sub.add_parser("run", help="run one notebook through papermill, parameters checked")
     run.add_argument("notebook", help="e.g. 02_target_and_gold")

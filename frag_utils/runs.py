@@ -408,3 +408,101 @@ def run_grid(specs: list[RunSpec], force: bool = False, select: str | None = Non
             checked.add((spec.notebook.stem, spec.name))
         print(f"{log[-1]['run']}: {log[-1]['status']} ({log[-1]['seconds']} s)", flush=True)
     return log
+
+
+def upstream(spec: RunSpec, specs: list[RunSpec]) -> list[RunSpec]:
+    """Every run ``spec`` reads from (records or checkpoints), recursively, each before its readers."""
+    out: list[RunSpec] = []
+    for dep, _ in needed_runs(spec, specs):
+        for s in [*upstream(dep, specs), dep]:
+            if all((s.notebook.stem, s.name) != (o.notebook.stem, o.name) for o in out):
+                out.append(s)
+    return out
+
+
+def find_run(run: str) -> tuple[RunSpec, list[RunSpec]]:
+    """``<notebook>/<run name>`` -> its spec and the grid of its profile.
+
+    Raises:
+        RunError: no such run in any profile's parameter files.
+    """
+    notebook, _, name = run.strip("/").partition("/")
+    for profile in sorted(p.name for p in paths.PARAMS_DIR.iterdir() if p.is_dir()):
+        if not name.startswith(profile):
+            continue
+        specs = grid(profile)
+        for s in specs:
+            if (s.notebook.stem, s.name) == (notebook, name):
+                return s, specs
+    raise RunError(f"No run '{run}' in the parameter files (papermill_runs/params/<profile>/); name it as "
+                   "<notebook>/<run folder>, e.g. 02_target_and_gold/tiny.")
+
+
+def _hashes(results: dict) -> dict:
+    return {k: v for k, v in results.get("checkpoint_sha256", {}).items() if v}
+
+
+def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
+    """Remake a recorded run, and every run it reads from, from an empty cache, and compare.
+
+    The remake happens in a clone of this repository's HEAD (so nothing here changes) with the
+    records of those runs removed and a new cache: everything is trained again. Each remade record
+    is compared with the committed one: every number exactly (wall times aside), and the sha256 of
+    every checkpoint it names.
+
+    Args:
+        run: ``<notebook>/<run name>``, e.g. ``02_target_and_gold/tiny``.
+        workdir: where the clone and its cache go (default: a new temporary folder, removed after).
+    Returns:
+        One entry per run (upstream first): ``run``, ``identical`` (bool), ``checkpoints``
+        (name -> ``identical`` or ``recorded ... remade ...``) and ``differences``.
+    Raises:
+        RunError: an unknown run, or one whose record is not committed at HEAD.
+    """
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+
+    spec, specs = find_run(run)
+    chain = [*upstream(spec, specs), spec]
+    rel = [s.out_dir.relative_to(paths.REPO_ROOT) for s in chain]
+    for s, r in zip(chain, rel):
+        tracked = subprocess.run(["git", "ls-files", "--error-unmatch", str(r / RESULTS_FILE)], cwd=paths.REPO_ROOT,
+                                 capture_output=True).returncode == 0
+        changed = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", str(r)], cwd=paths.REPO_ROOT).returncode != 0
+        if not tracked or changed:
+            raise RunError(f"{s.notebook.stem}/{s.name} has no committed record at HEAD (or its record has uncommitted "
+                           "changes): verify compares a remake with what is committed; commit the record first.")
+    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="frag-verify-"))
+    clone, cache = root / "repo", root / "cache"
+    try:
+        subprocess.run(["git", "clone", "--quiet", "--shared", str(paths.REPO_ROOT), str(clone)], check=True)
+        for r in rel:
+            shutil.rmtree(clone / r)
+        env = {**os.environ, "PYTHONPATH": str(clone), "FRAG_CACHE_DIR": str(cache), "FRAG_PROGRESS": "0"}
+        env.pop(numerics.OPT_OUT, None)  # verification runs in deterministic mode, as the records do
+        env = numerics.set_deterministic_env(env)
+        print(f"remaking {', '.join(f'{s.notebook.stem}/{s.name}' for s in chain)} in {clone} (empty cache)", flush=True)
+        done = subprocess.run([sys.executable, "-m", "frag_utils", "reproduce", "--profile", spec.params["profile"],
+                               "--select", f"{spec.notebook.stem}/{spec.name}"], cwd=clone, env=env)
+        report = []
+        for s, r in zip(chain, rel):
+            recorded = json.loads((s.out_dir / RESULTS_FILE).read_text())["results"]
+            file = clone / r / RESULTS_FILE
+            if done.returncode != 0 and not file.is_file():
+                report.append({"run": f"{s.notebook.stem}/{s.name}", "identical": False, "checkpoints": {},
+                               "differences": ["the remake failed before writing this record (its output is above)"]})
+                continue
+            remade = json.loads(file.read_text())["results"]
+            diff = record_differences(recorded, remade, any_location=True)
+            ours, theirs = _hashes(recorded), _hashes(remade)
+            checkpoints = {k: "identical" if ours.get(k) == theirs.get(k) else
+                           f"recorded {ours.get(k, 'none')[:12]}, remade {theirs.get(k, 'none')[:12]}"
+                           for k in sorted(set(ours) | set(theirs))}
+            report.append({"run": f"{s.notebook.stem}/{s.name}", "identical": not diff, "checkpoints": checkpoints,
+                           "differences": diff})
+        return report
+    finally:
+        if not workdir:
+            shutil.rmtree(root, ignore_errors=True)
