@@ -5,7 +5,7 @@ cheaper at 1B). Here, on this machine, one run of each:
 * FRAG: load the original, calibrate it on forget and retain text (uncached), compare the
   unlearned checkpoint's weights;
 * the attack: one epoch of fine-tuning the unlearned model on forget+retain at the smol grid's
-  settings (bf16 autocast, batch 8, lr 5e-5), training only (its evaluation excluded).
+  settings (fp32 in deterministic mode since 2026-11-25; bf16 autocast before; batch 8, lr 5e-5), training only (its evaluation excluded).
 Target: FRAG at least 100 times cheaper. Also timed: FRAG with the original's calibration
 already made (scoring one more checkpoint against the same original: the comparison alone).
 Writes bench/results/frag_vs_attack.json.
@@ -93,7 +93,7 @@ def main() -> None:
     _, compare_t = timed(lambda: frag.compute_frag(w0, frag.SafetensorsCheckpoint(args.unlearned), xf, xr), args.repeats)
 
     attack_records = attacks.attack_records("synthetic", "forget10", "forget_retain")[: limit or None]
-    config = attacks.AttackConfig(lr=5e-5, batch_size=8, grad_accum=1, warmup_epochs=0.0, bf16=True)
+    config = attacks.AttackConfig(lr=5e-5, batch_size=8, grad_accum=1, warmup_epochs=0.0, bf16=False)
 
     def attack():
         model, tokenizer = models.load_model(args.unlearned)

@@ -34,7 +34,7 @@ def main() -> None:
     if args.quick:
         args.model, args.records = "tiny", 16
     recs = attacks.attack_records("synthetic", "forget10", "forget_retain")[: args.records]
-    config = attacks.AttackConfig(lr=5e-5, batch_size=8, grad_accum=1, warmup_epochs=0.0, bf16=True)
+    config = attacks.AttackConfig(lr=5e-5, batch_size=8, grad_accum=1, warmup_epochs=0.0, bf16=False)
     tok = models.load_tokenizer(args.model if args.model != "tiny" else models.SMOLLM2)
     dataset = train.QADataset(tok, recs, config.chat, config.max_len)
     tokens = sum(len(item["input_ids"]) for item in dataset.items)

@@ -66,7 +66,7 @@ class AttackConfig:
     weight_decay: float = 0.01
     warmup_epochs: float = 1.0  # reference: one epoch, i.e. a one-epoch attack never reaches its peak lr
     scheduler: str = "linear"
-    bf16: bool = True  # bf16 autocast over the stored weights
+    bf16: bool = False  # bf16 autocast over the stored weights (GPU; refused on the CPU in deterministic mode)
     weights: str = "fp32"  # storage: fp32 | bf16 (rounded after every step, as OpenUnlearning trains)
     seed: int = 42
     max_len: int = 256

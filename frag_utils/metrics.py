@@ -53,6 +53,9 @@ def _autocast(enabled: bool, device: torch.device):
     # per token and argmax near ties; the recorded runs evaluate in fp32.
     if not enabled:
         return contextlib.nullcontext()
+    from .numerics import check_autocast
+
+    check_autocast(True, device.type)  # CPU-dependent numbers are refused in deterministic mode
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 

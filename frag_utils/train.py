@@ -39,7 +39,7 @@ class TrainConfig:
     scheduler: str = "linear"  # decay after warmup: linear | constant_with_warmup | cosine
     optimizer: str = "adamw_torch"  # any TrainingArguments.optim value
     max_grad_norm: float = 1.0
-    bf16: bool = True  # bf16 autocast over the stored weights
+    bf16: bool = False  # bf16 autocast over the stored weights (GPU; refused on the CPU in deterministic mode)
     weights: str = "fp32"  # storage: fp32 | bf16 (rounded after every optimizer step, as OpenUnlearning)
     seed: int = 42
     max_len: int = 256  # tokens per example, longer ones are cut

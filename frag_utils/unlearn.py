@@ -77,7 +77,7 @@ class UnlearnConfig:
     weight_decay: float = 0.01  # AdamW
     max_grad_norm: float = 1.0  # Trainer's default clipping, as OpenUnlearning
     seed: int = 42  # Trainer seed, data order, forget/retain pairing and RMU's control vector
-    bf16: bool = True  # bf16 autocast over the stored weights
+    bf16: bool = False  # bf16 autocast over the stored weights (GPU; refused on the CPU in deterministic mode)
     weights: str = "fp32"  # storage: fp32 | bf16 (rounded after every step, as OpenUnlearning trains)
     forget_weight: float = 1.0  # gamma, on the forget term of every method
     retain_weight: float = 1.0  # alpha, on the retain NLL of graddiff and npo

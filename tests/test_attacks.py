@@ -266,10 +266,12 @@ def test_lora_targets_missing_from_the_model_are_named(tokenizer, forget, unlear
                   A.AttackConfig(data="forget", lora_rank=4, lora_targets="q_proj,query", **FAST), tmp_path)
 
 
-def test_evaluations_during_and_after_a_bf16_attack_run_in_fp32(tokenizer, forget, unlearned, tmp_path):
+def test_evaluations_during_and_after_a_bf16_attack_run_in_fp32(tokenizer, forget, unlearned, tmp_path, monkeypatch):
     """bf16 training wraps the model's forward in autocast on the object itself; the evaluation
     after each epoch and the returned model must run the fp32 forward, as the evaluation of the
-    model before the attack (loaded fresh) does."""
+    model before the attack (loaded fresh) does. (The bf16 path is a GPU one; on the CPU it needs
+    deterministic mode off.)"""
+    monkeypatch.setenv("FRAG_DETERMINISTIC", "0")
     _, model = unlearned  # trained before: training left it as a fresh model (strip_mixed_precision)
     records = A._qa(forget)
 
