@@ -109,18 +109,52 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _summary(log: list[dict], chosen: list[str], where: str) -> str:
+    """What a grid did, in two lines: runs done, skipped and failed (each run counted once, by its
+    last state) and those of ``chosen`` never reached; then ``where`` its outputs are."""
+    last = {e["run"]: e["status"] for e in log}
+    counts = {s: sum(v == s for v in last.values()) for s in ("done", "skipped (complete)", "failed", "interrupted")}
+    unreached = [r for r in chosen if r not in last]
+    parts = [f"{counts['done']} done", f"{counts['skipped (complete)']} skipped (complete)",
+             f"{counts['failed']} failed"]
+    if counts["interrupted"]:
+        parts.append(f"{counts['interrupted']} interrupted")
+    if unreached:
+        parts.append(f"{len(unreached)} not reached")
+    failed = [r for r, v in last.items() if v in ("failed", "interrupted")]
+    return "\n".join([f"runs: {', '.join(parts)}" + (f" ({', '.join(failed)}; the error is below)" if failed else ""),
+                      where])
+
+
 def _run(args: argparse.Namespace) -> list[dict]:
-    from . import runs
+    from . import paths, runs
 
     overrides = {name: runs.parse_cli_value(value) for name, value in args.param}
     specs = runs.plan_run(args.notebook, args.file, overrides)
-    return runs.run_grid(specs, force=args.force)
+    universe = runs.dependency_grid(specs)  # upstream runs are remade as `frag reproduce` remakes them
+    log: list[dict] = []
+    try:
+        return runs.run_grid(specs, force=args.force, universe=universe, log=log)
+    finally:
+        where = (f"record: {runs.repo_relative(specs[0].out_dir)}/" if len(specs) == 1 else
+                 f"records: {runs.repo_relative(paths.RUNS_DIR / specs[0].notebook.stem)}/<run>/ for the {len(specs)} "
+                 f"runs of {args.file or args.notebook}")
+        print(_summary(log, [f"{s.notebook.stem}/{s.name}" for s in specs], where), flush=True)
 
 
 def _reproduce(args: argparse.Namespace) -> list[dict]:
-    from . import runs
+    from . import paths, runs
 
-    return runs.run_grid(runs.grid(args.profile), force=args.force, select=args.select)
+    specs = runs.grid(args.profile)
+    names = [f"{s.notebook.stem}/{s.name}" for s in specs]
+    chosen = [n for n in names if not args.select or args.select in n]
+    log: list[dict] = []
+    try:
+        return runs.run_grid(specs, force=args.force, select=args.select, log=log)
+    finally:
+        where = (f"records: {runs.repo_relative(paths.RUNS_DIR)}/<notebook>/{args.profile}*/; tables and figures: "
+                 f"{runs.repo_relative(paths.FIGURES_DIR / args.profile)}/ (collected by notebook 09_figures)")
+        print(_summary(log, chosen, where), flush=True)
 
 
 def _verify(args: argparse.Namespace) -> list[dict]:

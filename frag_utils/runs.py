@@ -16,6 +16,7 @@ import ast
 import json
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -235,12 +236,61 @@ def plan_run(notebook: str, params_file: str | Path | None = None, overrides: di
     return specs
 
 
+def repo_relative(path: Path) -> str:
+    """A path as messages show it: relative to the repository when inside it, else absolute."""
+    return str(path.relative_to(paths.REPO_ROOT)) if path.is_relative_to(paths.REPO_ROOT) else str(path)
+
+
+def failed_notebook_path(spec: RunSpec, had_record: bool) -> Path:
+    """Where the partial executed notebook of a failed run is kept: next to the record it was
+    to replace (``<notebook>.failed.ipynb``), or, for a run that had no record, in the cache's
+    scratch folder ``failed/``, so that nothing in ``papermill_runs/`` looks like a run."""
+    if had_record:
+        return spec.out_dir / f"{spec.notebook.stem}.failed.ipynb"
+    return paths.cache_dir() / "failed" / spec.notebook.stem / f"{spec.name}.ipynb"
+
+
+def _failed(spec: RunSpec, tmp: Path, had_record: bool, err: Exception) -> RunError:
+    """Clear away a run that failed inside papermill and say what happened, in one paragraph."""
+    kept = None
+    if tmp.is_file():
+        kept = failed_notebook_path(spec, had_record)
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(tmp, kept)
+    if not had_record:  # the folder held no record before: nothing of this attempt stays in it
+        shutil.rmtree(spec.out_dir, ignore_errors=True)
+        try:
+            spec.out_dir.parent.rmdir()  # the notebook's folder, when this was its only run
+        except OSError:
+            pass
+    if hasattr(err, "ename"):  # papermill's PapermillExecutionError: the error raised in a cell
+        cell = f" in cell [{err.exec_count}]" if getattr(err, "exec_count", None) is not None else ""
+        what = f"{cell}: {err.ename}: {' '.join(str(err.evalue).split())}"
+    else:  # the kernel did not start, or papermill could not read or write a notebook
+        what = f": {type(err).__name__}: {' '.join(str(err).split())}"
+    where = (f"The partial executed notebook is kept at {repo_relative(kept)}." if kept else
+             "papermill wrote no notebook.")
+    if had_record:
+        after = (f" The run's earlier results.json was removed when it started, so its record is incomplete; "
+                 f"'git checkout -- {repo_relative(spec.out_dir)}' restores a committed one.")
+    else:
+        after = f" Its run folder {repo_relative(spec.out_dir)} was removed (it held no record before)."
+    return RunError(f"{spec.notebook.stem}/{spec.name} failed{what.rstrip('.')}. {where}{after}")
+
+
 def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL) -> dict:
-    """Execute one run unless it is already complete; returns its status and timing."""
+    """Execute one run unless it is already complete; returns its status and timing.
+
+    Raises:
+        RunError: the notebook failed (an error in a cell, a kernel that did not start). Nothing of
+            the attempt stays in ``papermill_runs/`` where the run had no record before; the
+            partial executed notebook is kept (:func:`failed_notebook_path`) and named.
+    """
     if spec.is_complete() and not force and spec.notebook.stem not in COLLECTORS:
         return {"run": f"{spec.notebook.stem}/{spec.name}", "status": "skipped (complete)", "seconds": 0.0}
     import papermill
 
+    had_record = (spec.out_dir / RESULTS_FILE).is_file() or spec.executed.is_file()
     spec.out_dir.mkdir(parents=True, exist_ok=True)
     (spec.out_dir / RESULTS_FILE).unlink(missing_ok=True)
     tmp = spec.out_dir / f".{spec.notebook.name}.running"
@@ -253,9 +303,13 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL) -> dict:
     dirty = {True: "1", False: "0"}.get(start_git["dirty"], "?")
     os.environ[RUN_COMMIT_ENV] = f"{start_git['commit'] or ''}:{dirty}"
     start = time.time()
-    papermill.execute_notebook(str(spec.notebook), str(tmp), parameters=spec.params, kernel_name=kernel,
-                               cwd=str(paths.NOTEBOOKS_DIR), progress_bar=False, log_output=False)
+    try:
+        papermill.execute_notebook(str(spec.notebook), str(tmp), parameters=spec.params, kernel_name=kernel,
+                                   cwd=str(paths.NOTEBOOKS_DIR), progress_bar=False, log_output=False)
+    except Exception as err:  # not a kill (KeyboardInterrupt): a later run resumes from what it left
+        raise _failed(spec, tmp, had_record, err) from err
     os.replace(tmp, spec.executed)
+    failed_notebook_path(spec, True).unlink(missing_ok=True)  # an earlier failure's, now replaced
     return {"run": f"{spec.notebook.stem}/{spec.name}", "status": "done", "seconds": round(time.time() - start, 1)}
 
 
@@ -271,6 +325,13 @@ def params_key(params: dict, defaults: dict | None = None) -> str:
     return json.dumps(kept, sort_keys=True, default=str)
 
 
+def profiles() -> list[str]:
+    """The profiles: the folders of ``papermill_runs/params/`` that hold parameter files."""
+    if not paths.PARAMS_DIR.is_dir():
+        return []
+    return sorted(p.name for p in paths.PARAMS_DIR.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
+
+
 def grid(profile: str) -> list[RunSpec]:
     """Every run of a profile: ``papermill_runs/params/<profile>/*.yaml``, by notebook, each
     notebook's main file first.
@@ -283,8 +344,7 @@ def grid(profile: str) -> list[RunSpec]:
     """
     folder = paths.PARAMS_DIR / profile
     if not folder.is_dir():
-        known = sorted(p.name for p in paths.PARAMS_DIR.iterdir() if p.is_dir())
-        raise RunError(f"Unknown profile '{profile}'. Known profiles: {', '.join(known)}.")
+        raise RunError(f"Unknown profile '{profile}'. Known profiles: {', '.join(profiles())}.")
     specs, seen, same = [], {}, set()
     files = sorted(folder.glob("*.yaml"), key=lambda f: (f.name.split(".")[0], f.name.count(".") > 1, f.name))
     for file in files:
@@ -323,14 +383,10 @@ def _missing(spec: RunSpec) -> list[Path]:
     return [c for c in made_checkpoints(spec) if not any(c.glob("*.safetensors"))]
 
 
-def needed_runs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[RunSpec, bool]]:
-    """The runs of ``specs`` that ``spec`` reads from, each with whether it reads only their record
-    (``True``) or also their checkpoints (``False``): the profile's notebook-02 run for any run on
-    ``profile-target`` and for a gold run on ``profile-gold``; the named notebook-05 runs of
-    notebooks 06 and 07; the run a matched-norm notebook-05 run matches (``match_l2_run``, record
-    only). ``unlearned_runs: all`` in notebook 07 names no runs in advance and is not covered."""
+def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, bool]]:
+    """``(notebook, run name, record only)`` of every run ``spec`` reads from (see :func:`needed_runs`),
+    whether or not ``specs`` holds it."""
     nb, p = spec.notebook.stem, spec.params
-    by_name = {(s.notebook.stem, s.name): s for s in specs}
     makers = [s for s in specs if s.notebook.stem == "02_target_and_gold" and s.params["profile"] == p.get("profile")]
     names: list[tuple[str, str, bool]] = []
     if p.get("original") == "profile-target" and makers:  # every 02 run of a profile trains its one target
@@ -343,17 +399,79 @@ def needed_runs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[RunSpec, bool
         names.append(("05_unlearn", p["unlearned_run"], False))
     if nb == "07_ablations" and p.get("unlearned_runs") not in (None, "", "all"):
         names += [("05_unlearn", n.strip(), False) for n in p["unlearned_runs"].split(",") if n.strip()]
+    return names
+
+
+def needed_runs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[RunSpec, bool]]:
+    """The runs of ``specs`` that ``spec`` reads from, each with whether it reads only their record
+    (``True``) or also their checkpoints (``False``): the profile's notebook-02 run for any run on
+    ``profile-target`` and for a gold run on ``profile-gold``; the named notebook-05 runs of
+    notebooks 06 and 07; the run a matched-norm notebook-05 run matches (``match_l2_run``, record
+    only). ``unlearned_runs: all`` in notebook 07 names no runs in advance and is not covered."""
+    by_name = {(s.notebook.stem, s.name): s for s in specs}
     found: dict[tuple[str, str], bool] = {}
-    for stem, name, record_only in names:
+    for stem, name, record_only in _named_inputs(spec, specs):
         if (stem, name) in by_name:
             found[(stem, name)] = found.get((stem, name), True) and record_only
     return [(by_name[k], record_only) for k, record_only in found.items()]
 
 
+def dependency_grid(specs: list[RunSpec]) -> list[RunSpec]:
+    """The runs to look up what ``specs`` read from: the whole grid of each of their profiles
+    (every profile with parameter files), then those of ``specs`` it does not hold (a run with
+    overrides, a user's own parameter file), so that ``frag run`` remakes what a run reads as
+    ``frag reproduce`` does."""
+    universe: list[RunSpec] = []
+    for profile in dict.fromkeys(str(s.params.get("profile")) for s in specs):
+        if profile in profiles():
+            universe += grid(profile)
+    keys = {(s.notebook.stem, s.name) for s in universe}
+    return universe + [s for s in specs if (s.notebook.stem, s.name) not in keys]
+
+
+def _check_inputs_known(spec: RunSpec, specs: list[RunSpec]) -> None:
+    """Refuse a run that names a run to read from that is neither recorded nor in ``specs``:
+    nothing could make it, and the notebook would fail on its missing record."""
+    known = {(s.notebook.stem, s.name) for s in specs}
+    for stem, name, _ in _named_inputs(spec, specs):
+        if (stem, name) not in known and not (paths.RUNS_DIR / stem / name / RESULTS_FILE).is_file():
+            raise RunError(
+                f"{spec.notebook.stem}/{spec.name} reads from {stem}/{name}, which has no record in "
+                f"{repo_relative(paths.RUNS_DIR / stem)} and is in no parameter file of profile "
+                f"'{spec.params.get('profile')}', so it cannot be made first. Run it first ('frag run {stem} -f "
+                f"FILE -p NAME VALUE' with the parameters that name it), or name a recorded run (the folders of "
+                f"{repo_relative(paths.RUNS_DIR / stem)}).")
+
+
+def _execute_logged(spec: RunSpec, force: bool, log: list[dict], reason: str = "") -> dict:
+    """:func:`execute`, its entry appended to ``log`` (a failed run's too, status ``failed``, or
+    ``interrupted`` for a kill) and printed unless skipped."""
+    start = time.time()
+    try:
+        entry = execute(spec, force=force)
+    except BaseException as err:
+        entry = {"run": f"{spec.notebook.stem}/{spec.name}", "status": "failed" if isinstance(err, Exception)
+                 else "interrupted", "seconds": round(time.time() - start, 1)}
+        raise
+    finally:
+        if reason:
+            entry["reason"] = reason
+        log.append(entry)
+        if entry["status"] != "skipped (complete)":  # a grid of complete runs prints no line each
+            print(f"{entry['run']}: {entry['status']} ({entry['seconds']} s{'; ' + reason if reason else ''})",
+                  flush=True)
+    return entry
+
+
 def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checked: set) -> None:
     """Before ``spec`` runs: every run it reads from is run if unrecorded, and rerun if it is
     recorded but its checkpoint is missing from the cache (a fresh machine), what those read from
-    first. ``checked`` holds the runs already seen to be in place (or made) during this grid."""
+    first. ``checked`` holds the runs already seen to be in place (or made) during this grid.
+
+    Raises:
+        RunError: ``spec`` names a run that is neither recorded nor in ``specs``.
+    """
+    _check_inputs_known(spec, specs)
     for dep, record_only in needed_runs(spec, specs):
         key = (dep.notebook.stem, dep.name)
         if key in checked or (dep.is_complete() and (record_only or not _missing(dep))):
@@ -362,9 +480,8 @@ def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checke
         missing = [] if record_only else _missing(dep)  # after its inputs: 05 gold's checkpoint is 02's
         if not dep.is_complete() or missing:
             recorded = json.loads((dep.out_dir / RESULTS_FILE).read_text())["results"] if missing else None
-            log.append({**execute(dep, force=bool(missing)), "reason": f"needed by {spec.notebook.stem}/{spec.name}"
-                        + (": its checkpoint is not in the cache" if missing else "")})
-            print(f"{log[-1]['run']}: {log[-1]['status']} ({log[-1]['seconds']} s; {log[-1]['reason']})", flush=True)
+            _execute_logged(dep, bool(missing), log, f"needed by {spec.notebook.stem}/{spec.name}"
+                            + (": its checkpoint is not in the cache" if missing else ""))
             if missing:
                 _check_remade(dep, recorded)
         checked.add(key)
@@ -381,7 +498,7 @@ def _check_remade(spec: RunSpec, recorded: dict) -> None:
     diff = record_differences(recorded, json.loads((spec.out_dir / RESULTS_FILE).read_text())["results"],
                               any_location=True)
     if diff:
-        where = spec.out_dir.relative_to(paths.REPO_ROOT) if spec.out_dir.is_relative_to(paths.REPO_ROOT) else spec.out_dir
+        where = repo_relative(spec.out_dir)
         raise RemadeDiffers(
             f"{spec.notebook.stem}/{spec.name} was remade because its checkpoint is not in the cache, and the remade "
             f"run differs from its record in {len(diff)} place(s), e.g. {'; '.join(diff[:3])}. The records that read "
@@ -391,22 +508,40 @@ def _check_remade(spec: RunSpec, recorded: dict) -> None:
             f"every record reads the new one; the remade record is left in place, as it describes the cached checkpoint.")
 
 
-def run_grid(specs: list[RunSpec], force: bool = False, select: str | None = None) -> list[dict]:
+def run_grid(specs: list[RunSpec], force: bool = False, select: str | None = None,
+             universe: list[RunSpec] | None = None, log: list[dict] | None = None) -> list[dict]:
     """Run every spec in order (skipping complete ones); ``select`` keeps runs whose name contains it.
 
     A run about to execute first gets the runs it reads checkpoints from (:func:`needed_runs`):
     run if unrecorded, rerun if their checkpoint is missing from the cache, so that a fresh
-    machine, whose cache is empty while the records are committed, can run any selection.
+    machine, whose cache is empty while the records are committed, can run any selection. Each
+    run executed prints one line; complete runs skipped print none.
+
+    Args:
+        specs: the runs, in order.
+        force: rerun complete runs too.
+        select: keep only runs whose ``<notebook>/<run name>`` contains this.
+        universe: where the runs they read from are looked up (default ``specs``); for runs of
+            one notebook, :func:`dependency_grid` of them.
+        log: a list the entries are appended to as they come (the caller keeps them when a run
+            fails and the grid stops; the failed run's entry has status ``failed``).
+    Returns:
+        The log: per run executed or skipped, ``run``, ``status`` (``done`` or ``skipped (complete)``),
+        ``seconds``, and ``reason`` for a run made because another reads from it.
+    Raises:
+        RunError: a run failed (the grid stops there), a run reads from one nothing can make, or a
+            remade run differs from its record (:class:`RemadeDiffers`).
     """
+    universe = specs if universe is None else universe
     chosen = [s for s in specs if not select or select in f"{s.notebook.stem}/{s.name}"]
-    log, checked = [], set()
+    log = [] if log is None else log
+    checked: set = set()
     for spec in progress(chosen, desc="runs", unit="run"):
         if force or not spec.is_complete() or spec.notebook.stem in COLLECTORS:
-            _restore_needed(spec, specs, log, checked)
-        log.append(execute(spec, force=force))
-        if log[-1]["status"] == "done":  # made here: in place for what follows (a skipped one is checked when needed)
+            _restore_needed(spec, universe, log, checked)
+        entry = _execute_logged(spec, force, log)
+        if entry["status"] == "done":  # made here: in place for what follows (a skipped one is checked when needed)
             checked.add((spec.notebook.stem, spec.name))
-        print(f"{log[-1]['run']}: {log[-1]['status']} ({log[-1]['seconds']} s)", flush=True)
     return log
 
 
@@ -427,7 +562,7 @@ def find_run(run: str) -> tuple[RunSpec, list[RunSpec]]:
         RunError: no such run in any profile's parameter files.
     """
     notebook, _, name = run.strip("/").partition("/")
-    for profile in sorted(p.name for p in paths.PARAMS_DIR.iterdir() if p.is_dir()):
+    for profile in profiles():
         if not name.startswith(profile):
             continue
         specs = grid(profile)

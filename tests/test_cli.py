@@ -4,10 +4,12 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 from test_pruning import _sp_by_hand, check_frp_rows
+from test_runs import fake_grid  # noqa: F401  (a fixture: a small grid run by a fake papermill)
 
-from frag_utils import calibration, cli, data, models, paths, pruning
+from frag_utils import calibration, cli, data, models, paths, pruning, runs
 from frag_utils.calibration import CalibConfig
 
 
@@ -117,3 +119,71 @@ def test_prune_bad_input_is_one_clear_line(tmp_path, capsys):
         err = capsys.readouterr().err
         assert code == 2 and msg in err and err.startswith(("usage: frag prune", "frag prune: error:")), (args, err)
     assert not (tmp_path / "o").exists()
+
+
+def _main(*args) -> int:
+    try:
+        return cli.main(list(args))
+    except SystemExit as exit_:  # argparse
+        return exit_.code
+
+
+def test_run_of_one_notebook_remakes_the_checkpoints_it_reads_as_reproduce_does(fake_grid, tmp_path, capsys):
+    import shutil
+
+    specs = runs.grid("t")
+    runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
+    shutil.rmtree(tmp_path / "cache")  # a fresh clone: records committed, cache empty
+    fake_grid["calls"].clear()
+    capsys.readouterr()
+    # the README's rerun recipe: the profile's attacks at another learning rate
+    assert _main("run", "06_attacks", "-f", "t/06_attacks.yaml", "-p", "lr", "1e-4") == 0
+    assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo",
+                                  "06_attacks/t__lr=0.0001__unlearned_run=t__method=npo",
+                                  "06_attacks/t__lr=0.0001__unlearned_run=t__method=gold"]
+    out = capsys.readouterr().out
+    assert "05_unlearn/t__method=npo: done (" in out and "its checkpoint is not in the cache" in out
+    assert "runs: 4 done, 0 skipped (complete), 0 failed" in out
+    fake_grid["calls"].clear()
+    assert _main("run", "06_attacks", "-f", "t/06_attacks.yaml", "-p", "lr", "1e-4") == 0
+    assert fake_grid["calls"] == [] and "runs: 0 done, 2 skipped (complete), 0 failed" in capsys.readouterr().out
+
+
+def test_run_that_cannot_remake_what_it_reads_stops_with_one_paragraph(fake_grid, tmp_path, capsys):
+    import shutil
+
+    specs = runs.grid("t")
+    runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
+    shutil.rmtree(tmp_path / "cache")
+    fake_grid.update(calls=[], target_es=0.8)  # this machine trains another target
+    capsys.readouterr()
+    assert _main("run", "06_attacks", "-p", "profile", "t", "-p", "unlearned_run", "t__method=npo") == 2
+    captured = capsys.readouterr()
+    assert fake_grid["calls"] == ["02_target_and_gold/t"]
+    err = captured.err.strip()
+    assert err.startswith("frag run: error: 02_target_and_gold/t was remade") and "\n" not in err
+    assert "Traceback" not in err and "runs: 1 done, 0 skipped (complete), 0 failed, 1 not reached" in captured.out
+    assert _main("run", "06_attacks", "-p", "profile", "t", "-p", "unlearned_run", "t__method=nope") == 2
+    err = capsys.readouterr().err.strip()
+    assert "reads from 05_unlearn/t__method=nope, which has no record" in err and "\n" not in err
+
+
+def test_a_failed_run_is_one_paragraph_and_counted_in_the_summary(fake_grid, capsys):
+    fake_grid["fail_at"] = 2  # 05_unlearn/t__method=ga
+    assert _main("reproduce", "--profile", "t") == 2
+    captured = capsys.readouterr()
+    assert captured.err.startswith("frag reproduce: error: 05_unlearn/t__method=ga failed in cell [3]: "
+                                   "FileNotFoundError")
+    assert "runs: 1 done, 0 skipped (complete), 1 failed, 4 not reached (05_unlearn/t__method=ga; the error is below)" \
+        in captured.out
+    assert not (paths.RUNS_DIR / "05_unlearn").exists()
+
+
+def test_reproduce_prints_the_runs_it_executes_and_counts_the_rest(fake_grid, capsys):
+    assert _main("reproduce", "--profile", "t") == 0
+    out = capsys.readouterr().out
+    assert out.count(": done (") == 6 and "runs: 6 done, 0 skipped (complete), 0 failed" in out
+    assert "tables and figures: " in out and "/t/" in out
+    assert _main("reproduce", "--profile", "t", "--select", "05_unlearn") == 0
+    out = capsys.readouterr().out
+    assert "skipped (complete) (" not in out and out.startswith("runs: 0 done, 3 skipped (complete), 0 failed")

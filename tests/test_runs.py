@@ -124,7 +124,8 @@ def fake_grid(tmp_path, monkeypatch):
     """A small grid (02 -> two 05 runs -> a 06 run on one of them) whose notebooks are replaced by
     a fake papermill that writes what the real ones write: the executed notebook (first to a
     temporary file), results.json, and the checkpoints 02 and 05 cache. ``kill_at`` kills the
-    n-th execution midway (its temporary notebook written, no record)."""
+    n-th execution midway (its temporary notebook written, no record); ``fail_at`` makes it fail
+    there with an error in a cell."""
     import papermill
 
     monkeypatch.setattr(paths, "RUNS_DIR", tmp_path / "runs")
@@ -138,9 +139,11 @@ def fake_grid(tmp_path, monkeypatch):
                                             "- {profile: t, original: profile-target, method: gold}\n")
     (folder / "06_attacks.yaml").write_text("- {profile: t, unlearned_run: t__method=npo}\n"
                                             "- {profile: t, unlearned_run: t__method=gold}\n")
-    state = {"calls": [], "kill_at": None, "target_es": 0.9}
+    state = {"calls": [], "kill_at": None, "fail_at": None, "target_es": 0.9}
 
     def fake(input_path, output_path, parameters, **_):
+        from papermill.exceptions import PapermillExecutionError
+
         nb = input_path.rsplit("/", 1)[-1].removesuffix(".ipynb")
         state["calls"].append(f"{nb}/{parameters['run_name']}")
         out = paths.RUNS_DIR / nb / parameters["run_name"]
@@ -148,6 +151,10 @@ def fake_grid(tmp_path, monkeypatch):
             json.dump({"partial": True}, f)
         if len(state["calls"]) == state["kill_at"]:
             raise _FakeKill()
+        if len(state["calls"]) == state["fail_at"]:  # an error in a cell, as papermill reports it
+            raise PapermillExecutionError(cell_index=5, exec_count=3, source="x", ename="FileNotFoundError",
+                                          evalue="The checkpoint of 05_unlearn/x is not in the cache.\nRun it.",
+                                          traceback=[])
         results = {"n": len(parameters["run_name"])}
         if nb == "02_target_and_gold":
             for role in ("target", "gold_forget10"):
@@ -272,3 +279,64 @@ def test_runs_read_for_their_record_only_are_run_when_unrecorded_and_hub_ids_are
     gold.out_dir.mkdir(parents=True)
     (gold.out_dir / runs.RESULTS_FILE).write_text(json.dumps({"results": {"unlearned": "org/some-gold-model"}}))
     assert runs.made_checkpoints(gold) == []  # a hub id is not a missing local checkpoint
+
+
+def test_a_failed_run_without_a_record_leaves_no_run_folder_and_names_its_error(fake_grid, tmp_path):
+    spec = runs.grid("t")[0]  # 02_target_and_gold/t, never run
+    fake_grid["fail_at"] = 1
+    log = []
+    with pytest.raises(RunError) as err:
+        runs.run_grid([spec], log=log)
+    kept = paths.cache_dir() / "failed" / "02_target_and_gold" / "t.ipynb"
+    message = str(err.value)
+    assert message.startswith("02_target_and_gold/t failed in cell [3]: FileNotFoundError: The checkpoint of "
+                              "05_unlearn/x is not in the cache. Run it. The partial executed notebook is kept at ")
+    assert str(kept) in message and "\n" not in message and "was removed" in message
+    assert json.loads(kept.read_text()) == {"partial": True}
+    assert not spec.out_dir.exists() and not (paths.RUNS_DIR / "02_target_and_gold").exists()
+    assert log == [{"run": "02_target_and_gold/t", "status": "failed", "seconds": log[0]["seconds"]}]
+    fake_grid["fail_at"] = None
+    runs.run_grid([spec])  # the next attempt starts clean
+    assert spec.is_complete()
+
+
+def test_a_failed_rerun_of_a_recorded_run_keeps_its_folder_and_the_partial_notebook_beside_it(fake_grid, tmp_path):
+    spec = runs.grid("t")[0]
+    runs.run_grid([spec])
+    executed = spec.executed.read_text()
+    fake_grid.update(calls=[], fail_at=1)
+    with pytest.raises(RunError, match=r"02_target_and_gold/t failed in cell \[3\]: FileNotFoundError: .* kept at "
+                                       r".*02_target_and_gold/t/02_target_and_gold\.failed\.ipynb\. .*git checkout"):
+        runs.run_grid([spec], force=True)
+    assert sorted(p.name for p in spec.out_dir.iterdir()) == ["02_target_and_gold.failed.ipynb",
+                                                              "02_target_and_gold.ipynb"]
+    assert spec.executed.read_text() == executed  # the runner deletes only results.json before a rerun
+    fake_grid["fail_at"] = None
+    runs.run_grid([spec], force=True)  # a successful rerun takes the failed notebook away
+    assert sorted(p.name for p in spec.out_dir.iterdir()) == ["02_target_and_gold.ipynb", runs.RESULTS_FILE]
+
+
+def test_a_run_of_one_notebook_remakes_the_runs_it_reads_from_the_profile_grid(fake_grid, tmp_path):
+    import shutil
+
+    # a 06 run outside the grid (another learning rate): what it reads is looked up in the profile's grid
+    specs = runs.plan_run("06_attacks", None, {"profile": "t", "unlearned_run": "t__method=npo", "lr": 1e-4})
+    universe = runs.dependency_grid(specs)
+    assert [s.name for s in universe][-1] == specs[0].name and len(universe) == len(runs.grid("t")) + 1
+    runs.run_grid(specs, universe=universe)  # nothing recorded yet: 02 and 05 run first
+    assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo",
+                                  "06_attacks/t__lr=0.0001__unlearned_run=t__method=npo"]
+    shutil.rmtree(tmp_path / "cache")  # recorded, but not cached
+    fake_grid["calls"].clear()
+    log = runs.run_grid(specs, universe=universe, force=True)
+    assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo",
+                                  "06_attacks/t__lr=0.0001__unlearned_run=t__method=npo"]
+    assert [e["status"] for e in log] == ["done"] * 3 and "not in the cache" in log[1]["reason"]
+    without = runs.plan_run("06_attacks", None, {"profile": "t", "unlearned_run": "t__method=nope"})
+    with pytest.raises(RunError, match=r"reads from 05_unlearn/t__method=nope, which has no record .* is in no "
+                                       r"parameter file of profile 't'"):
+        runs.run_grid(without, universe=runs.dependency_grid(without))
+
+
+def test_profiles_are_the_folders_of_the_parameter_files():
+    assert {"tiny", "smol", "smol_seeds", "paper"} <= set(runs.profiles())
