@@ -9,7 +9,7 @@ import time
 from .data import DataError
 from .models import ModelLoadError
 from .pruning import DEFAULT_LAM, DEFAULT_VETO, FRP_ABLATION_RULES, FRP_VARIANTS, SP_VARIANTS
-from .runs import RunError
+from .runs import RunError, profiles
 
 
 def _eval(args: argparse.Namespace) -> dict:
@@ -261,8 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--force", action="store_true", help="rerun even if a complete record exists")
     run.set_defaults(func=_run)
 
+    known = profiles()  # the folders of papermill_runs/params/
     rep = sub.add_parser("reproduce", help="run a profile's grid (resumable)")
-    rep.add_argument("--profile", default="smol", help="tiny, smol or paper")
+    rep.add_argument("--profile", default="smol", choices=known or None,
+                     help="a folder of papermill_runs/params/ (default: smol)")
     rep.add_argument("--select", default=None, help="only runs whose '<notebook>/<run>' contains this")
     rep.add_argument("--force", action="store_true")
     rep.set_defaults(func=_reproduce)

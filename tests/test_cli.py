@@ -187,3 +187,11 @@ def test_reproduce_prints_the_runs_it_executes_and_counts_the_rest(fake_grid, ca
     assert _main("reproduce", "--profile", "t", "--select", "05_unlearn") == 0
     out = capsys.readouterr().out
     assert "skipped (complete) (" not in out and out.startswith("runs: 0 done, 3 skipped (complete), 0 failed")
+
+
+def test_reproduce_help_lists_every_profile(capsys):
+    assert _main("reproduce", "--help") == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    for profile in runs.profiles():
+        assert profile in help_text
+    assert "smol_seeds" in help_text
