@@ -166,11 +166,26 @@ def current_params(notebook: str, namespace: dict) -> dict:
     Args:
         notebook: the notebook's stem (the kernel does not know its own file name).
         namespace: ``globals()`` of the notebook.
+    Returns:
+        ``{name: value}`` of the declared parameters found in ``namespace``.
+    Raises:
+        RunError: a value of the wrong type (e.g. ``-p gamma abc`` passed to papermill directly,
+            which injects it as a string); ints for floats are accepted.
     """
-    declared = declared_parameters(resolve_notebook(notebook))
+    nb = resolve_notebook(notebook)
+    declared = declared_parameters(nb)
     # a parameter missing from the namespace was added to the notebook file after this kernel
     # started (the run executes the version it read); it is left out of the record
-    return {k: namespace[k] for k in declared if k in namespace}
+    values = {k: namespace[k] for k in declared if k in namespace}
+    for k, v in values.items():  # the runner checked these already; papermill used directly did not
+        try:
+            _check_value(nb, k, v, declared[k]["type"])
+        except RunError as err:
+            raise RunError(f"{err} papermill injects parameters without checking them (its -p reads a value "
+                           "that is not a number, true/false or None as a string); 'frag run' checks every "
+                           "parameter before the notebook starts.") from None
+    # the values as given, not widened: the record holds what the notebook ran with
+    return values
 
 
 def _fmt(value: Any) -> str:

@@ -338,5 +338,18 @@ def test_a_run_of_one_notebook_remakes_the_runs_it_reads_from_the_profile_grid(f
         runs.run_grid(without, universe=runs.dependency_grid(without))
 
 
+def test_current_params_checks_the_types_papermill_does_not():
+    namespace = {"profile": "tiny", "gamma": "abc", "n_calib": 16, "np": object()}
+    with pytest.raises(RunError, match=r"Parameter 'gamma' of 04_frag.ipynb must be float, got str 'abc'\. "
+                                       r"papermill injects parameters without checking"):
+        runs.current_params("04_frag", namespace)
+    namespace["gamma"] = 0  # an int for a float is fine, and recorded as given
+    assert runs.current_params("04_frag", namespace) == {"profile": "tiny", "gamma": 0, "n_calib": 16}
+    with pytest.raises(RunError, match="'n_calib' .* must be int, got float 16.5"):
+        runs.current_params("04_frag", {**namespace, "n_calib": 16.5})
+    with pytest.raises(RunError, match="'n_calib' .* must be int, got bool True"):
+        runs.current_params("04_frag", {**namespace, "n_calib": True})
+
+
 def test_profiles_are_the_folders_of_the_parameter_files():
     assert {"tiny", "smol", "smol_seeds", "paper"} <= set(runs.profiles())
