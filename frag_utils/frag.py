@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -36,7 +37,11 @@ class FragError(ValueError):
 
 
 class SafetensorsCheckpoint:
-    """Lazy, tensor-by-tensor access to a checkpoint directory's safetensors files (sharded or not)."""
+    """Lazy, tensor-by-tensor access to a checkpoint directory's safetensors files (sharded or not).
+
+    A file that cannot be read (truncated, corrupt, missing from its index) raises :class:`FragError`
+    naming it, where it is opened.
+    """
 
     def __init__(self, folder: str | Path):
         self.folder = Path(folder)
@@ -49,11 +54,9 @@ class SafetensorsCheckpoint:
             if not files:
                 raise FragError(f"{self.folder} holds no .safetensors files: save checkpoints with "
                                 "save_pretrained(safe_serialization=True) or frag_utils.models.save_checkpoint.")
-            from safetensors import safe_open
-
             self.file_of = {}
             for f in files:
-                with safe_open(str(f), framework="pt") as h:
+                with _open(f) as h:
                     self.file_of.update({k: f for k in h.keys()})
         self._shapes: dict[str, tuple[int, ...]] = {}  # filled a file at a time by shape()
 
@@ -73,25 +76,19 @@ class SafetensorsCheckpoint:
         """One tensor, read into memory of its own. The file is opened for this read only: an
         open handle keeps every page it has read mapped (and counted in the resident memory),
         which over a whole checkpoint adds its full size."""
-        from safetensors import safe_open
-
-        with safe_open(str(self.file_of[key]), framework="pt") as h:
+        with _open(self.file_of[key]) as h:
             return h.get_tensor(key)
 
     def rows(self, key: str, start: int, stop: int) -> torch.Tensor:
         """Rows ``start:stop`` of a tensor (its first dimension), reading only those bytes."""
-        from safetensors import safe_open
-
-        with safe_open(str(self.file_of[key]), framework="pt") as h:
+        with _open(self.file_of[key]) as h:
             return h.get_slice(key)[start:stop]
 
     def shape(self, key: str) -> tuple[int, ...]:
         """A tensor's shape, from its file's header (read once per file; no tensor is read)."""
-        from safetensors import safe_open
-
         if key not in self._shapes:
             file = self.file_of[key]
-            with safe_open(str(file), framework="pt") as h:
+            with _open(file) as h:
                 self._shapes.update({k: tuple(h.get_slice(k).get_shape()) for k, f in self.file_of.items() if f == file})
         return self._shapes[key]
 
@@ -101,6 +98,21 @@ class SafetensorsCheckpoint:
     def config(self) -> dict | None:
         file = self.folder / "config.json"
         return json.loads(file.read_text()) if file.is_file() else None
+
+
+@contextmanager
+def _open(file: Path) -> Iterator[Any]:
+    """``safetensors.safe_open`` of one file, its errors (which name no file) raised as FragError."""
+    from safetensors import SafetensorError, safe_open
+
+    from .models import unreadable_checkpoint_message
+
+    try:
+        handle = safe_open(str(file), framework="pt")
+    except (SafetensorError, OSError) as err:
+        raise FragError(unreadable_checkpoint_message(Path(file), err)) from None
+    with handle as h:
+        yield h
 
 
 @dataclass

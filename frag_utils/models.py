@@ -58,6 +58,30 @@ def smollm2_gguf_path() -> Path:
     return files[0]
 
 
+def unreadable_checkpoint_message(file: Path, err: BaseException) -> str:
+    """What to say about a safetensors file that cannot be read: which file, why, what to do."""
+    return (f"Cannot read the checkpoint file {file} ({type(err).__name__}: {' '.join(str(err).split())}): it is "
+            f"truncated or corrupt (e.g. written by a run that was killed, or copied in part). Delete the folder "
+            f"{file.parent} and make it again: a run's checkpoint in the cache is remade by "
+            f"'make reproduce SELECT=<notebook>/<run>' of any recorded run that reads it (the runner remakes a "
+            f"checkpoint missing from the cache), a checkpoint of 'frag prune --out' by pruning again, and the "
+            f"cached copy of {SMOLLM2} on its next load.")
+
+
+def _unreadable_safetensors(folder: Path) -> tuple[Path, Exception] | None:
+    """The first safetensors file of ``folder`` whose header cannot be read (or whose data it does
+    not cover: a truncated file), with the error; None when all can be opened."""
+    from safetensors import SafetensorError, safe_open
+
+    for file in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as err:
+            return file, err
+    return None
+
+
 def _is_complete_checkpoint(folder: Path) -> bool:
     return (folder / "config.json").is_file() and any(folder.glob("*.safetensors"))
 
@@ -161,7 +185,8 @@ def load_model(name_or_path: str, dtype: torch.dtype = torch.float32, device: st
     Returns:
         ``(model, tokenizer)``; the tokenizer always has a pad token.
     Raises:
-        ModelLoadError: unknown name, missing directory, or a hub id that cannot be reached.
+        ModelLoadError: unknown name, missing directory, a truncated or corrupt safetensors file
+            (named), or a hub id that cannot be reached.
     """
     if name_or_path == TINY:
         tokenizer = load_tokenizer(SMOLLM2)
@@ -174,7 +199,16 @@ def load_model(name_or_path: str, dtype: torch.dtype = torch.float32, device: st
             with quiet_transformers():
                 model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
                 tokenizer = _with_pad_token(AutoTokenizer.from_pretrained(source))
-        except OSError as err:  # hub unreachable, gated repo, or a typo in the id
+        except Exception as err:
+            bad = _unreadable_safetensors(source) if isinstance(source, Path) else None
+            if bad is not None:  # safetensors' own error names no file
+                raise ModelLoadError(unreadable_checkpoint_message(*bad)) from None
+            if not isinstance(err, OSError):
+                raise
+            if isinstance(source, Path):
+                raise ModelLoadError(f"Could not load the checkpoint directory '{name_or_path}' "
+                                     f"({err.__class__.__name__}: {str(err).splitlines()[0][:200]}).") from None
+            # hub unreachable, gated repo, or a typo in the id
             raise ModelLoadError(
                 f"Could not load model '{name_or_path}' from the Hugging Face hub ({err.__class__.__name__}: "
                 f"{str(err).splitlines()[0][:200]}). Without network access use an embedded model "

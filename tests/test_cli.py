@@ -195,3 +195,19 @@ def test_reproduce_help_lists_every_profile(capsys):
     for profile in runs.profiles():
         assert profile in help_text
     assert "smol_seeds" in help_text
+
+
+def test_score_and_eval_of_a_truncated_checkpoint_name_the_file(tmp_path, tokenizer):
+    model = models.build_tiny_model(len(tokenizer), seed=0)
+    models.save_checkpoint(model, tokenizer, tmp_path / "original")
+    models.save_checkpoint(model, tokenizer, tmp_path / "unlearned")
+    weights = tmp_path / "unlearned" / "model.safetensors"
+    with open(weights, "r+b") as f:
+        f.truncate(weights.stat().st_size // 2)
+    out = _frag("score", "--original", str(tmp_path / "original"), "--unlearned", str(tmp_path / "unlearned"),
+                "--n-calib", "2", "--max-len", "16")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert str(weights) in out.stderr and "truncated or corrupt" in out.stderr
+    assert "make reproduce SELECT=" in out.stderr
+    with pytest.raises(models.ModelLoadError, match=f"{weights}.*truncated or corrupt"):
+        models.load_model(str(tmp_path / "unlearned"))
