@@ -1,12 +1,16 @@
-"""Fill the README's result blocks from committed run records (never retype a number).
+"""Fill the result blocks of the README and the pages under docs/ from committed run records
+(never retype a number).
 
 A block is ``<!-- BEGIN name -->`` ... ``<!-- END name -->``; ``BLOCKS`` maps each name to the
-Markdown file (relative to the repository) whose content replaces the block.
-Run ``python -m frag_utils.readme`` after ``make reproduce``.
+Markdown file (relative to the repository) whose content replaces the block. The documents filled
+are those of ``DOCUMENTS`` that contain a block marker: README.md, every docs/*.md, bench/README.md.
+Run ``python -m frag_utils.readme`` after ``make reproduce``; ``tests/test_readme.py`` fails when
+a block is not current (:func:`stale`).
 """
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from . import paths
 
@@ -33,20 +37,48 @@ BLOCKS = {
     "bench": "bench/results/summary.md",
 }
 
+# Glob patterns, relative to the repository, of the Markdown files that may hold blocks.
+DOCUMENTS = ("README.md", "docs/*.md", "bench/README.md")
+MARKER = re.compile(r"<!-- (BEGIN|END) ([^ ]+) -->")
+
 
 def fill(text: str) -> str:
     """``text`` with every known block replaced by its source file's current content."""
     for name, rel in BLOCKS.items():
         source = paths.REPO_ROOT / rel
         body = source.read_text().strip() if source.is_file() else f"*(not yet run: {rel} is missing)*"
-        pattern = re.compile(rf"(<!-- BEGIN {name} -->\n)(?:.*?\n)?(<!-- END {name} -->)", re.S)
+        name_ = re.escape(name)
+        pattern = re.compile(rf"(<!-- BEGIN {name_} -->\n)(?:.*?\n)?(<!-- END {name_} -->)", re.S)
         text = pattern.sub(lambda m: f"{m.group(1)}{body}\n\n*Source: `{rel}`*\n{m.group(2)}", text)
     return text
 
 
+def documents() -> list[Path]:
+    """The Markdown files of ``DOCUMENTS`` that contain at least one block marker, sorted."""
+    found = {p for pattern in DOCUMENTS for p in paths.REPO_ROOT.glob(pattern) if p.is_file()}
+    return sorted(p for p in found if MARKER.search(p.read_text()))
+
+
+def markers(text: str) -> list[tuple[str, str]]:
+    """Every block marker of ``text`` in order, as ``(kind, name)`` with kind ``BEGIN`` or ``END``."""
+    return MARKER.findall(text)
+
+
+def render() -> dict[Path, str]:
+    """The would-be content of every document (:func:`documents`) with its blocks filled; writes nothing."""
+    return {p: fill(p.read_text()) for p in documents()}
+
+
+def stale() -> list[Path]:
+    """The documents whose blocks are not current: filling them would change the file."""
+    return [p for p, text in render().items() if p.read_text() != text]
+
+
 def main() -> None:
-    readme = paths.REPO_ROOT / "README.md"
-    readme.write_text(fill(readme.read_text()))
+    for path, text in render().items():
+        if path.read_text() != text:
+            path.write_text(text)
+            print(f"filled {path.relative_to(paths.REPO_ROOT)}")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-from frag_utils import readme
+from frag_utils import paths, readme
 
 
 def test_fill_replaces_empty_and_filled_blocks_and_is_idempotent(tmp_path, monkeypatch):
@@ -10,3 +10,46 @@ def test_fill_replaces_empty_and_filled_blocks_and_is_idempotent(tmp_path, monke
     assert "<!-- BEGIN x -->\n| a |\n|---|\n| 1 |\n\n*Source: `t.md`*\n<!-- END x -->" in once
     assert "not yet run: missing.md is missing" in once and "\nold\n" not in once
     assert readme.fill(once) == once and once.startswith("intro\n") and once.endswith("end\n")
+
+
+def test_documents_with_blocks_are_found_rendered_without_writing_and_filled_by_main(tmp_path, monkeypatch):
+    (tmp_path / "t.md").write_text("new\n")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "bench").mkdir()
+    block = "<!-- BEGIN x -->\nold\n<!-- END x -->\n"
+    (tmp_path / "README.md").write_text(block)
+    (tmp_path / "docs" / "a.md").write_text("# A\n" + block)
+    (tmp_path / "docs" / "plain.md").write_text("no block here\n")  # not a document to fill
+    (tmp_path / "bench" / "README.md").write_text(block)
+    (tmp_path / "other.md").write_text(block)  # outside DOCUMENTS: left alone
+    monkeypatch.setattr(readme.paths, "REPO_ROOT", tmp_path)
+    monkeypatch.setattr(readme, "BLOCKS", {"x": "t.md"})
+    docs = [tmp_path / "README.md", tmp_path / "bench" / "README.md", tmp_path / "docs" / "a.md"]
+    assert readme.documents() == sorted(docs)
+    rendered = readme.render()
+    assert rendered[tmp_path / "docs" / "a.md"] == "# A\n<!-- BEGIN x -->\nnew\n\n*Source: `t.md`*\n<!-- END x -->\n"
+    assert readme.stale() == sorted(docs) and (tmp_path / "README.md").read_text() == block  # nothing written
+    readme.main()
+    assert readme.stale() == [] and (tmp_path / "other.md").read_text() == block
+    assert all((p.read_text() == rendered[p]) for p in docs)
+
+
+def test_every_generated_block_is_current():
+    """Regenerating the blocks from the committed sources would change no file
+    (after ``make reproduce``, run ``python -m frag_utils.readme``)."""
+    stale = [str(p.relative_to(paths.REPO_ROOT)) for p in readme.stale()]
+    assert stale == [], f"blocks not current in {stale}: run `python -m frag_utils.readme`"
+
+
+def test_every_block_marker_is_paired_and_known_and_every_block_is_shown():
+    shown = set()
+    for doc in readme.documents():
+        found = readme.markers(doc.read_text())
+        begins, ends = found[0::2], found[1::2]
+        assert len(begins) == len(ends), doc
+        for (kind_b, name_b), (kind_e, name_e) in zip(begins, ends):
+            assert (kind_b, kind_e, name_e) == ("BEGIN", "END", name_b), f"{doc}: unpaired marker {name_b}"
+            assert name_b in readme.BLOCKS, f"{doc}: unknown block {name_b}"
+            shown.add(name_b)
+    assert shown == set(readme.BLOCKS)
+
