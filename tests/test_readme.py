@@ -1,3 +1,6 @@
+import re
+from pathlib import Path
+
 from frag_utils import paths, readme
 
 
@@ -53,3 +56,33 @@ def test_every_block_marker_is_paired_and_known_and_every_block_is_shown():
             shown.add(name_b)
     assert shown == set(readme.BLOCKS)
 
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def _anchors(path: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)  # no headings inside code
+    return {_anchor(m) for m in re.findall(r"^#+ (.+)$", text, flags=re.M)}
+
+
+def test_readme_is_short_and_its_relative_links_reach_files_and_sections():
+    root = paths.REPO_ROOT.resolve()
+    readme_md = root / "README.md"
+    assert len(readme_md.read_text().splitlines()) < 300
+    pages = [readme_md, *sorted((root / "docs").glob("*.md")), root / "bench" / "README.md"]
+    linked = set()
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"[a-z]+:", target):  # http(s), mailto
+                continue
+            file, _, anchor = target.partition("#")
+            dest = (page.parent / file).resolve() if file else page
+            assert dest.exists(), f"{page.name}: broken link {target}"
+            if anchor:
+                assert anchor in _anchors(dest), f"{page.name}: no section #{anchor} in {file or page.name}"
+            if page == readme_md:
+                linked.add(dest)
+    # every page the README's content moved to is one click away
+    assert set(pages[1:]) <= linked
