@@ -111,7 +111,7 @@ def _positive_int(text: str) -> int:
 
 def _summary(log: list[dict], chosen: list[str], where: str) -> str:
     """What a grid did, in two lines: runs done, skipped and failed (each run counted once, by its
-    last state) and those of ``chosen`` never reached; then ``where`` its outputs are."""
+    last state) and those of ``chosen`` never reached; then ``where`` its outputs are, if given."""
     last = {e["run"]: e["status"] for e in log}
     counts = {s: sum(v == s for v in last.values()) for s in ("done", "skipped (complete)", "failed", "interrupted")}
     unreached = [r for r in chosen if r not in last]
@@ -123,7 +123,7 @@ def _summary(log: list[dict], chosen: list[str], where: str) -> str:
         parts.append(f"{len(unreached)} not reached")
     failed = [r for r, v in last.items() if v in ("failed", "interrupted")]
     return "\n".join([f"runs: {', '.join(parts)}" + (f" ({', '.join(failed)}; the error is below)" if failed else ""),
-                      where])
+                      *([where] if where else [])])
 
 
 def _run(args: argparse.Namespace) -> list[dict]:
@@ -139,7 +139,9 @@ def _run(args: argparse.Namespace) -> list[dict]:
         where = (f"record: {runs.repo_relative(specs[0].out_dir)}/" if len(specs) == 1 else
                  f"records: {runs.repo_relative(paths.RUNS_DIR / specs[0].notebook.stem)}/<run>/ for the {len(specs)} "
                  f"runs of {args.file or args.notebook}")
-        print(_summary(log, [f"{s.notebook.stem}/{s.name}" for s in specs], where), flush=True)
+        names = [f"{s.notebook.stem}/{s.name}" for s in specs]
+        ended = any(e["run"] in names and e["status"] in ("done", "skipped (complete)") for e in log)
+        print(_summary(log, names, where if ended else ""), flush=True)  # no record to point to otherwise
 
 
 def _reproduce(args: argparse.Namespace) -> list[dict]:

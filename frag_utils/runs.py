@@ -319,8 +319,11 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL) -> dict:
     os.environ[RUN_COMMIT_ENV] = f"{start_git['commit'] or ''}:{dirty}"
     start = time.time()
     try:
+        # the kernel's own log stays at errors: ipykernel 7 warns at every start that its local TCP
+        # sockets are unencrypted, a line per run in the runner's output that says nothing about it
         papermill.execute_notebook(str(spec.notebook), str(tmp), parameters=spec.params, kernel_name=kernel,
-                                   cwd=str(paths.NOTEBOOKS_DIR), progress_bar=False, log_output=False)
+                                   cwd=str(paths.NOTEBOOKS_DIR), progress_bar=False, log_output=False,
+                                   extra_arguments=["--IPKernelApp.log_level=ERROR"])
     except Exception as err:  # not a kill (KeyboardInterrupt): a later run resumes from what it left
         raise _failed(spec, tmp, had_record, err) from err
     os.replace(tmp, spec.executed)
