@@ -301,7 +301,9 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL) -> dict:
             the attempt stays in ``papermill_runs/`` where the run had no record before; the
             partial executed notebook is kept (:func:`failed_notebook_path`) and named.
     """
-    if spec.is_complete() and not force and spec.notebook.stem not in COLLECTORS:
+    collector = spec.notebook.stem in COLLECTORS
+    inputs = collector_inputs(spec) if collector else None
+    if spec.is_complete() and not force and (not collector or _recorded_inputs(spec) == inputs):
         return {"run": f"{spec.notebook.stem}/{spec.name}", "status": "skipped (complete)", "seconds": 0.0}
     import papermill
 
@@ -328,7 +330,36 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL) -> dict:
         raise _failed(spec, tmp, had_record, err) from err
     os.replace(tmp, spec.executed)
     failed_notebook_path(spec, True).unlink(missing_ok=True)  # an earlier failure's, now replaced
+    if collector:
+        (spec.out_dir / INPUTS_FILE).write_text(inputs + "\n")
     return {"run": f"{spec.notebook.stem}/{spec.name}", "status": "done", "seconds": round(time.time() - start, 1)}
+
+
+# A collector's inputs when it last ran. A collector is rerun only when they changed, so that
+# regenerating the tables from unchanged records changes no tracked file (its executed notebook
+# carries timestamps).
+INPUTS_FILE = "inputs.sha256"
+
+
+def collector_inputs(spec: RunSpec) -> str:
+    """sha256 of everything a collector's output depends on: its notebook, its parameters, the
+    package's code, the profile's parameter files, and every record (``results.json``) of the
+    profile's runs (the collectors' own left out)."""
+    import hashlib
+
+    profile = str(spec.params.get("profile"))
+    files = [spec.notebook, *sorted(paths.PACKAGE_DIR.rglob("*.py")), *sorted((paths.PARAMS_DIR / profile).glob("*.yaml")),
+             *sorted(f for f in paths.RUNS_DIR.glob(f"*/{profile}*/{RESULTS_FILE}") if f.parent.parent.name not in COLLECTORS)]
+    digest = hashlib.sha256(params_key(spec.params).encode())
+    for f in files:
+        digest.update(f"\0{repo_relative(f)}\0".encode())
+        digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+def _recorded_inputs(spec: RunSpec) -> str | None:
+    file = spec.out_dir / INPUTS_FILE
+    return file.read_text().strip() if file.is_file() else None
 
 
 def params_key(params: dict, defaults: dict | None = None) -> str:

@@ -353,3 +353,21 @@ def test_current_params_checks_the_types_papermill_does_not():
 
 def test_profiles_are_the_folders_of_the_parameter_files():
     assert {"tiny", "smol", "smol_seeds", "paper"} <= set(runs.profiles())
+
+
+def test_a_collector_is_rerun_only_when_its_inputs_change(fake_grid, tmp_path):
+    """Notebook 09 regenerated from unchanged records changes no file: the runner skips it."""
+    (tmp_path / "params" / "t" / "09_figures.yaml").write_text("{profile: t}\n")
+    runs.run_grid(runs.grid("t"))
+    assert fake_grid["calls"][-1] == "09_figures/t"
+    collected = _records(paths.RUNS_DIR / "09_figures")
+    assert (paths.RUNS_DIR / "09_figures" / "t" / runs.INPUTS_FILE).is_file()
+    fake_grid["calls"].clear()
+    log = runs.run_grid(runs.grid("t"))
+    assert fake_grid["calls"] == [] and all(e["status"] == "skipped (complete)" for e in log)
+    assert _records(paths.RUNS_DIR / "09_figures") == collected
+    record = paths.RUNS_DIR / "05_unlearn" / "t__method=ga" / runs.RESULTS_FILE
+    rec = json.loads(record.read_text())
+    record.write_text(json.dumps({**rec, "results": {**rec["results"], "es": 0.5}}))  # a number changed
+    runs.run_grid(runs.grid("t"))
+    assert fake_grid["calls"] == ["09_figures/t"]  # a record it reads changed: collected again
