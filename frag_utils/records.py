@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import random
 import subprocess
 import sys
 from datetime import datetime, timezone
@@ -27,11 +26,14 @@ TRACKED_PACKAGES = ("torch", "transformers", "accelerate", "peft", "datasets", "
 
 
 def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch (all devices)."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
-    os.environ["PYTHONHASHSEED"] = str(seed)
+    """Seed Python's ``random``, NumPy and torch (CPU and every accelerator), via ``transformers.set_seed``.
+
+    String hash randomisation (``PYTHONHASHSEED``) is not seeded: it is fixed when the interpreter
+    starts, so it can only be set in the environment of the process before it starts.
+    """
+    from transformers import set_seed  # not at the top: ``frag score`` imports records and never loads transformers
+
+    set_seed(seed)
 
 
 # What runs write (records, collected tables, benchmark results): a change there is an output, not

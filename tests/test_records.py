@@ -86,3 +86,29 @@ def test_a_run_names_the_commit_it_started_from(monkeypatch):
     assert records.git_commit()["dirty"] is True
     monkeypatch.setenv(records.RUN_COMMIT_ENV, "abc123:?")
     assert records.git_commit()["dirty"] is None
+
+
+def test_seed_everything_repeats_python_numpy_and_torch_draws():
+    import random
+
+    import numpy as np
+    import torch
+
+    def draws():
+        return random.random(), float(np.random.rand()), float(torch.rand(1))
+
+    records.seed_everything(3)
+    first = draws()
+    records.seed_everything(3)
+    assert draws() == first
+    records.seed_everything(4)
+    assert all(a != b for a, b in zip(draws(), first))
+
+
+def test_importing_records_does_not_load_transformers():
+    import subprocess
+    import sys
+
+    code = "import sys; from frag_utils import records; print('transformers' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
