@@ -108,11 +108,6 @@ def steps_per_epoch(n_examples: int, config: TrainConfig, devices: int = 1) -> i
     return max(1, -(-batches // config.grad_accum))
 
 
-def _last_checkpoint(work_dir: Path) -> str | None:
-    ckpts = sorted(work_dir.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
-    return str(ckpts[-1]) if ckpts else None
-
-
 def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: TrainConfig, work_dir: str | Path,
                  trainer_cls: type | None = None, collator: Callable | None = None, optim_args: str | None = None,
                  save_steps: int = 0, **trainer_kwargs) -> Any:
@@ -152,6 +147,14 @@ def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: TrainConf
     return trainer
 
 
+# Not accelerate.utils.extract_model_from_parallel(model, keep_fp32_wrapper=False), which would be
+# the library's way (checked with accelerate 1.15, transformers 5.23): it follows ``__wrapped__``
+# past the autocast wrapper into transformers' own decorators of the class's forward and binds the
+# bare function (``model(ids, return_dict=False)`` then fails inside LlamaForCausalLM.forward); it
+# leaves a bound ``forward`` in the instance ``__dict__`` and the ``_is_accelerate_prepared`` mark;
+# and it cannot put the wrapper back, which ``plain_forward`` must do in the middle of training.
+# Its other job, taking the model out of DDP or torch.compile, has nothing to do here:
+# ``Trainer.model`` is the bare model.
 @contextlib.contextmanager
 def plain_forward(model: Any) -> Iterator[Any]:
     """Run ``model`` without the mixed-precision wrapper training put on it.
@@ -184,7 +187,10 @@ def strip_mixed_precision(model: Any) -> Any:
 
 def run_trainer(trainer: Any, work_dir: str | Path) -> dict:
     """Train (resuming from the newest checkpoint in ``work_dir`` if any); returns a summary."""
-    resume = _last_checkpoint(Path(work_dir))
+    from transformers.trainer_utils import get_last_checkpoint
+
+    work_dir = Path(work_dir)  # a first run's folder may not exist yet; get_last_checkpoint needs one
+    resume = get_last_checkpoint(work_dir) if work_dir.is_dir() else None
     start = time.time()
     with quiet_transformers():
         out = trainer.train(resume_from_checkpoint=resume)
