@@ -265,7 +265,12 @@ def rouge(model: Any, tokenizer: Any, records: Sequence[dict], max_new_tokens: i
 
 
 def harmonic_mean(values: Sequence[float]) -> float:
-    """Harmonic mean; 0 when any value is 0 (as scipy's hmean)."""
+    """Harmonic mean, ``n / sum(1 / x)``; 0 when any value is 0 (as scipy's hmean).
+
+    Not ``scipy.stats.hmean`` itself: it computes ``1 / mean(1 / x)``, which rounds differently in
+    the last bit (77 of the 339 Model Utility values in the committed records), and a remade run is
+    compared with its record exactly. The tests check this one against hmean.
+    """
     arr = np.asarray(values, dtype=float)
     if arr.size == 0 or not np.all(np.isfinite(arr)):
         raise ValueError(f"harmonic mean needs finite values, got {values}")
