@@ -15,7 +15,7 @@ export ATEN_CPU_CAPABILITY ?= avx2
 export MKL_CBWR ?= AVX2
 endif
 
-.PHONY: setup test test-package test-notebooks reproduce verify bench clean-scratch
+.PHONY: setup test lint test-package test-notebooks reproduce verify bench clean-scratch
 
 $(STAMP): requirements.txt requirements-embedded.txt pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -29,7 +29,11 @@ $(STAMP): requirements.txt requirements-embedded.txt pyproject.toml Makefile
 
 setup: $(STAMP)
 
-test: test-package test-notebooks
+test: lint test-package test-notebooks
+
+# ruff's rules and their exceptions are in pyproject.toml
+lint: $(STAMP)
+	$(PY) -m ruff check frag_utils tests bench scripts
 
 test-package: $(STAMP)
 	$(PY) -m pytest tests/ -q

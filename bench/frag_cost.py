@@ -22,10 +22,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import timed  # noqa: E402
-
 from frag_utils import calibration, data, frag, models, paths, pruning, records  # noqa: E402
 from frag_utils.prompts import batches, collate  # noqa: E402
+
+from _common import timed  # noqa: E402
 
 
 def main() -> None:
@@ -110,7 +110,8 @@ def main() -> None:
         "frag_score_runs": scores,
         "machine": {"torch_threads": torch.get_num_threads(), **records.environment()},
     }
-    records.write_json(paths.BENCH_RESULTS_DIR / "frag_cost.json", result, records.provenance("bench/frag_cost.py", vars(args)))
+    records.write_json(paths.BENCH_RESULTS_DIR / "frag_cost.json", result,
+                       records.provenance("bench/frag_cost.py", vars(args)))
     rows = [("calibration / plain forward", result["calibration_over_forward"], 1.2),
             ("comparison / read both checkpoints", result["comparison_over_read"], 2.0),
             ("frag score peak RSS / checkpoint", result["rss_over_checkpoint"], 1.5),

@@ -5,7 +5,8 @@ cheaper at 1B). Here, on this machine, one run of each:
 * FRAG: load the original, calibrate it on forget and retain text (uncached), compare the
   unlearned checkpoint's weights;
 * the attack: one epoch of fine-tuning the unlearned model on forget+retain at the smol grid's
-  settings (fp32 in deterministic mode since 2026-11-25; bf16 autocast before; batch 8, lr 5e-5), training only (its evaluation excluded).
+  settings (fp32 in deterministic mode since 2026-11-25; bf16 autocast before; batch 8, lr 5e-5),
+  training only (its evaluation excluded).
 Target: FRAG at least 100 times cheaper. Also timed: FRAG with the original's calibration
 already made (scoring one more checkpoint against the same original: the comparison alone).
 Writes bench/results/frag_vs_attack.json.
@@ -18,13 +19,12 @@ import argparse
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, timed  # noqa: E402
-
 from frag_utils import attacks, calibration, data, frag, models, paths, pruning, records  # noqa: E402
+
+from _common import machine, timed  # noqa: E402
 
 
 def default_pair() -> tuple[str, str]:
@@ -88,9 +88,11 @@ def main() -> None:
     xf = calibration.activation_norms(model, tokenizer, forget, modules, cfg)
     xr = calibration.activation_norms(model, tokenizer, retain, modules, cfg)
     w0 = frag.state_dict_of(model) if args.quick else frag.SafetensorsCheckpoint(frag.checkpoint_folder(args.original))
-    n_calib = {"forget": len(calibration.select_records(forget, cfg)), "retain": len(calibration.select_records(retain, cfg))}
+    n_calib = {"forget": len(calibration.select_records(forget, cfg)),
+               "retain": len(calibration.select_records(retain, cfg))}
     del model
-    _, compare_t = timed(lambda: frag.compute_frag(w0, frag.SafetensorsCheckpoint(args.unlearned), xf, xr), args.repeats)
+    _, compare_t = timed(lambda: frag.compute_frag(w0, frag.SafetensorsCheckpoint(args.unlearned), xf, xr),
+                         args.repeats)
 
     attack_records = attacks.attack_records("synthetic", "forget10", "forget_retain")[: limit or None]
     config = attacks.AttackConfig(lr=5e-5, batch_size=8, grad_accum=1, warmup_epochs=0.0, bf16=False)
@@ -111,7 +113,8 @@ def main() -> None:
               "calibration_sequences": n_calib, "frag_cached_seconds": compare_t,
               "attack_over_frag_cached": attack_t["min"] / compare_t["min"],
               "quick": args.quick, "machine": machine()}
-    out = (paths.cache_dir() / "bench" if args.quick else paths.BENCH_RESULTS_DIR) / "frag_vs_attack.json"  # quick runs stay out of git
+    # quick runs stay out of git
+    out = (paths.cache_dir() / "bench" if args.quick else paths.BENCH_RESULTS_DIR) / "frag_vs_attack.json"
     records.write_json(out, result, records.provenance("bench/frag_vs_attack.py", vars(args)))
     print(f"FRAG end to end {frag_t['min']:.1f} s (median {frag_t['median']:.1f}); one forget+retain attack "
           f"{attack_t['min']:.1f} s ({steps} steps): the attack costs {ratio:.1f}x FRAG (target >= 100x); "

@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine, timed  # noqa: E402
-
 from frag_utils import calibration, data, models, paths, pruning, records  # noqa: E402
+
+from _common import machine, timed  # noqa: E402
 
 
 def main() -> None:
@@ -50,7 +50,8 @@ def main() -> None:
     result = {"model": args.model, "n_calib": args.n_calib, "calibration_seconds": calib_t,
               "prune_seconds_including_copy": prune_t, "copy_seconds": copy_t, "prune_seconds": prune_only,
               "prune_over_calibration": prune_only / calib_t["min"], "quick": args.quick, "machine": machine()}
-    out = (paths.cache_dir() / "bench" if args.quick else paths.BENCH_RESULTS_DIR) / "frp_cost.json"  # quick runs stay out of git
+    # quick runs stay out of git
+    out = (paths.cache_dir() / "bench" if args.quick else paths.BENCH_RESULTS_DIR) / "frp_cost.json"
     records.write_json(out, result, records.provenance("bench/frp_cost.py", vars(args)))
     print(f"calibration ({args.n_calib} sequences per split) {calib_t['min']:.1f} s; FRP ranking and zeroing "
           f"{prune_only:.2f} s: {result['prune_over_calibration']:.3f}x the calibration")

@@ -19,7 +19,8 @@ def summary() -> str:
     es = load("es_speed")
     for r in (es or {}).get("rows", [es] if es else []):  # one model per file before the rows
         which = f"ES {r['es_one_pass']:.2f}"
-        rows.append(f"| ES one pass vs generation, identical values ({which}) | {r['per_example_mismatches']} mismatches "
+        rows.append(f"| ES one pass vs generation, identical values ({which}) | "
+                    f"{r['per_example_mismatches']} mismatches "
                     f"of {r['n_examples']} | 0 | {'yes' if r['per_example_mismatches'] == 0 else 'no'} |")
         rows.append(f"| ES speed-up over generation ({which}) | {r['speedup_min_over_min']:.1f}x | >= 20x | "
                     f"{'yes' if r['speedup_min_over_min'] >= 20 else 'no'} |")
@@ -32,7 +33,8 @@ def summary() -> str:
             rows.append(f"| {label} | {fc[key]:.2f}x | <= {target}x | {'yes' if fc[key] <= target else 'no'} |")
         if "rss_over_checkpoint_uncached" in fc:  # the first run, which builds and runs the model to calibrate
             v = fc["rss_over_checkpoint_uncached"]
-            rows.append(f"| the same on its first run (calibrating) | {v:.2f}x | <= 1.5x | {'yes' if v <= 1.5 else 'no'} |")
+            rows.append(f"| the same on its first run (calibrating) | {v:.2f}x | <= 1.5x | "
+                        f"{'yes' if v <= 1.5 else 'no'} |")
     fa = load("frag_vs_attack")
     if fa:
         rows.append(f"| one forget+retain attack / FRAG end to end | {fa['attack_over_frag']:.1f}x | >= 100x | "
@@ -43,7 +45,8 @@ def summary() -> str:
                         f">= 100x | {'yes' if v >= 100 else 'no'} |")
     tt = load("train_throughput")
     if tt:
-        rows.append(f"| bare PyTorch loop / attack loop, tokens per second | {tt['bare_over_trainer']:.2f}x | <= 1.2x | "
+        rows.append(f"| bare PyTorch loop / attack loop, tokens per second | {tt['bare_over_trainer']:.2f}x | "
+                    f"<= 1.2x | "
                     f"{'yes' if tt['bare_over_trainer'] <= 1.2 else 'no'} |")
     fp = load("frp_cost")
     if fp:

@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine  # noqa: E402
-
 from frag_utils import frag, models, paths, records  # noqa: E402
+
+from _common import machine  # noqa: E402
 
 SHAPES = {  # hidden, layers, intermediate, heads, kv heads, vocab
     "tiny": None,  # models.build_tiny_model
@@ -107,17 +107,20 @@ def main() -> None:
         r = json.loads(out.stdout.strip().splitlines()[-1])
         ckpt = frag.SafetensorsCheckpoint(unlearned).size_bytes()
         rows.append({"size": name, "n_params": r["n_params"], "checkpoint_bytes": ckpt,
-                     "compare_seconds_min": min(r["seconds"]), "compare_seconds_median": sorted(r["seconds"])[len(r["seconds"]) // 2],
+                     "compare_seconds_min": min(r["seconds"]),
+                     "compare_seconds_median": sorted(r["seconds"])[len(r["seconds"]) // 2],
                      "seconds_per_million_params": min(r["seconds"]) / r["n_params"] * 1e6,
                      "rss_after_load": r["rss_after_load"], "rss_peak": r["rss_peak"],
                      "largest_tensor_bytes": r["largest_tensor_bytes"],
                      "extra_rss_over_checkpoint": (r["rss_peak"] - r["rss_after_load"]) / ckpt,
-                     "extra_rss_over_largest_tensor": (r["rss_peak"] - r["rss_after_load"]) / r["largest_tensor_bytes"]})
+                     "extra_rss_over_largest_tensor":
+                         (r["rss_peak"] - r["rss_after_load"]) / r["largest_tensor_bytes"]})
         print(f"{name:5} {r['n_params'] / 1e6:8.1f} M params  compare {rows[-1]['compare_seconds_min']:7.2f} s  "
               f"{rows[-1]['seconds_per_million_params'] * 1e3:6.2f} ms/M  extra memory "
               f"{rows[-1]['extra_rss_over_checkpoint']:.2f}x checkpoint", flush=True)
     result = {"rows": rows, "quick": args.quick, "machine": machine()}
-    out = (paths.cache_dir() / "bench" if args.quick else paths.BENCH_RESULTS_DIR) / "scaling.json"  # quick runs stay out of git
+    # quick runs stay out of git
+    out = (paths.cache_dir() / "bench" if args.quick else paths.BENCH_RESULTS_DIR) / "scaling.json"
     records.write_json(out, result, records.provenance("bench/scaling.py", vars(args)))
 
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import machine  # noqa: E402
-
 from frag_utils import attacks, models, paths, records, train  # noqa: E402
 from frag_utils.prompts import batches, collate  # noqa: E402
+
+from _common import machine  # noqa: E402
 
 
 def main() -> None:
@@ -78,7 +78,8 @@ def main() -> None:
     result = {"model": args.model, "records": len(recs), "tokens_per_epoch": tokens, "seconds": runs,
               "tokens_per_second_best": tps, "bare_over_trainer": ratio, "target_bare_over_trainer": 1.2,
               "quick": args.quick, "machine": machine()}
-    out = (paths.cache_dir() / "bench" if args.quick else paths.BENCH_RESULTS_DIR) / "train_throughput.json"  # quick runs stay out of git
+    # quick runs stay out of git
+    out = (paths.cache_dir() / "bench" if args.quick else paths.BENCH_RESULTS_DIR) / "train_throughput.json"
     records.write_json(out, result, records.provenance("bench/train_throughput.py", vars(args)))
     print(f"attack loop {tps['trainer']:.0f} tokens/s, bare loop {tps['bare']:.0f} tokens/s: "
           f"bare/attack {ratio:.2f}x (target <= 1.2x)")

@@ -78,7 +78,8 @@ def healthy(df: pd.DataFrame, min_utility_fraction: float = 0.5) -> tuple[pd.Dat
         raise ValueError(f"healthy() needs columns {sorted(missing)}.")
     noise = df["kind"].eq("noise") if "kind" in df else pd.Series(False, index=df.index)
     collapsed = df["model_utility_before"] < min_utility_fraction * df["target_model_utility"]
-    reason = np.where(noise, "noise control", np.where(collapsed, f"Model Utility below {min_utility_fraction:g} x target's", ""))
+    reason = np.where(noise, "noise control",
+                      np.where(collapsed, f"Model Utility below {min_utility_fraction:g} x target's", ""))
     excluded = df[noise | collapsed].assign(reason=reason[(noise | collapsed).to_numpy()])
     return df[~(noise | collapsed)], excluded
 

@@ -208,7 +208,8 @@ def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: A
             guard, so evaluations kept from an interrupted run are reused only under the same settings.
     Returns:
         ``(model, summary)``: the attacked model (LoRA adapters merged into the weights) and
-        ``train_seconds`` (including the evaluations; each evaluation's own ``eval_seconds`` is in it), ``global_steps``, ``steps_per_epoch``, ``logged_losses``, ``resumed_from``,
+        ``train_seconds`` (including the evaluations; each evaluation's own ``eval_seconds`` is in
+        it), ``global_steps``, ``steps_per_epoch``, ``logged_losses``, ``resumed_from``,
         ``n_examples``, ``config``, ``epochs`` ({epoch: evaluation}).
     Raises:
         ValueError: empty ``records``, LoRA targets missing from the model, ``eval_epochs``
@@ -221,7 +222,8 @@ def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: A
     if outside:
         raise ValueError(f"eval_epochs {outside} lie outside the attack's epochs 1..{config.epochs}.")
     work_dir = Path(work_dir)
-    trained = {k: v for k, v in config.as_dict().items() if k != "save_steps"}  # how often state is saved changes nothing
+    # how often state is saved changes nothing
+    trained = {k: v for k, v in config.as_dict().items() if k != "save_steps"}
     train.guard_work_dir(work_dir, {"config": trained, "data": records_digest(records), "model": model_id,
                                     "evaluation": {**(eval_key or {}), "epochs": sorted(wanted)}},
                          "attack", SPEC_FILE, replace_other)

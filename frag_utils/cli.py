@@ -1,4 +1,5 @@
-"""Command line: ``frag eval``, ``frag score``, ``frag prune``, ``frag run``, ``frag reproduce`` (also ``python -m frag_utils ...``)."""
+"""Command line: ``frag eval``, ``frag score``, ``frag prune``, ``frag run``, ``frag reproduce``
+(also ``python -m frag_utils ...``)."""
 from __future__ import annotations
 
 import argparse

@@ -218,7 +218,8 @@ def load_muse(source: str = MUSE_NEWS, subset: str = "knowmem", split: str = "re
     for i, rec in enumerate(records):
         missing = [f for f in fields if not isinstance(rec, dict) or f not in rec]
         if missing:
-            raise DataError(f"Record {i} of {where} is missing field(s) {missing}; {subset} records need {list(fields)}.")
+            raise DataError(f"Record {i} of {where} is missing field(s) {missing}; "
+                            f"{subset} records need {list(fields)}.")
     if limit is not None:
         if limit < 1:
             raise DataError(f"limit must be at least 1, got {limit}.")

@@ -12,7 +12,8 @@ and calibration norms ``x^f, x^r [d_in]``::
 with one global cosine over all scored layers: the three inner products and squared norms are
 accumulated layer by layer (never per-layer cosines averaged). ``Wu`` is read tensor by tensor
 from its safetensors files and never built as a model; sums are accumulated in float64
-whatever the checkpoint dtype (differences are taken in float64 too), so peak memory stays near one model plus one tensor.
+whatever the checkpoint dtype (differences are taken in float64 too), so peak memory stays near
+one model plus one tensor.
 
 The paper's printed Table 3 follows ``A_f`` alone (``gamma = 0``), not Eq. 5; both are reported.
 """
@@ -89,7 +90,8 @@ class SafetensorsCheckpoint:
         if key not in self._shapes:
             file = self.file_of[key]
             with _open(file) as h:
-                self._shapes.update({k: tuple(h.get_slice(k).get_shape()) for k, f in self.file_of.items() if f == file})
+                self._shapes.update({k: tuple(h.get_slice(k).get_shape())
+                                     for k, f in self.file_of.items() if f == file})
         return self._shapes[key]
 
     def size_bytes(self) -> int:
@@ -147,7 +149,8 @@ def _check_finite(t: torch.Tensor, what: str) -> None:
         raise FragError(f"{what} contains NaN or inf values; FRAG is not defined for it.")
 
 
-def importance(w0: torch.Tensor, xf: torch.Tensor, xr: torch.Tensor, eps: float = EPS) -> tuple[torch.Tensor, torch.Tensor]:
+def importance(w0: torch.Tensor, xf: torch.Tensor, xr: torch.Tensor,
+               eps: float = EPS) -> tuple[torch.Tensor, torch.Tensor]:
     """Forget and retain importance of one layer.
 
     Args:
@@ -192,7 +195,8 @@ def gradient_importance(kind: str, w0: torch.Tensor, forget: dict, retain: dict)
         h = (forget["g2"] + retain["g2"]) / 2
         h = h + INFLUENCE_DAMPING * h.mean()
         if not float(h.min()) > 0:
-            raise FragError("The influence importance needs a nonzero Fisher diagonal; the gradient statistics are all zero.")
+            raise FragError("The influence importance needs a nonzero Fisher diagonal; "
+                            "the gradient statistics are all zero.")
         return forget["g"].pow(2) / h, retain["g"].pow(2) / h
     raise FragError(f"Unknown importance {kind!r}; choose one of {IMPORTANCE_KINDS}.")
 
@@ -309,7 +313,8 @@ def compute_frag(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckp
             # the original is rounded to the checkpoint's dtype first (a bf16 checkpoint of an fp32
             # model would otherwise show rounding noise on every weight as an update)
             d = (wu.double() - w0.to(wu.dtype).double()).pow(2)
-            for k, v in (("fd", f * d), ("rd", r * d), ("ff", f.pow(2)), ("rr", r.pow(2)), ("dd", d.pow(2)), ("sq_diff", d)):
+            for k, v in (("fd", f * d), ("rd", r * d), ("ff", f.pow(2)), ("rr", r.pow(2)), ("dd", d.pow(2)),
+                         ("sq_diff", d)):
                 layer[k] += float(v.sum(dtype=torch.float64))
             layer["moved"] += int(d.count_nonzero())
         fd, rd, ff, rr, dd = fd + layer["fd"], rd + layer["rd"], ff + layer["ff"], rr + layer["rr"], dd + layer["dd"]
@@ -358,7 +363,8 @@ def global_l2(original: dict[str, torch.Tensor], unlearned: SafetensorsCheckpoin
         part = sum(float((b.double() - a.to(b.dtype).double()).pow(2).sum())
                    for a, b in _row_blocks(original, unlearned, key, shape))
         if not math.isfinite(part):  # NaN or inf in either: say which
-            _raise_for_nonfinite(original, unlearned, key, shape, f"The squared difference of '{key}' overflows float64.")
+            _raise_for_nonfinite(original, unlearned, key, shape,
+                                 f"The squared difference of '{key}' overflows float64.")
         total += part
     return math.sqrt(total)
 

@@ -57,7 +57,7 @@ def interpolation_losses(original: nn.Module, unlearned: nn.Module, tokenizer: A
 def barrier(points: Sequence[float], losses: Sequence[float]) -> float:
     """``max_alpha [L(alpha) - ((1 - alpha) L(0) + alpha L(1))]`` over the measured points
     (``points`` must start at 0 and end at 1)."""
-    p, l = np.asarray(points, float), np.asarray(losses, float)
-    if len(p) != len(l) or len(p) < 2 or p[0] != 0 or p[-1] != 1:
+    p, loss = np.asarray(points, float), np.asarray(losses, float)
+    if len(p) != len(loss) or len(p) < 2 or p[0] != 0 or p[-1] != 1:
         raise ValueError("barrier() needs losses at points running from 0 to 1.")
-    return float(np.max(l - ((1 - p) * l[0] + p * l[-1])))
+    return float(np.max(loss - ((1 - p) * loss[0] + p * loss[-1])))

@@ -23,8 +23,8 @@ import contextlib
 import hashlib
 import json
 import math
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np

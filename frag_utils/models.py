@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
 # transformers is imported where a model or tokenizer is built: it takes seconds and some 150 MB,
 # which `frag score` on two checkpoints on disk (nothing built) does without
-
 from . import paths
 from .progress import quiet_transformers
 

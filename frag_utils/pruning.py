@@ -528,7 +528,8 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
     if not 0 <= veto < 1:
         raise PruningError(f"veto must be in [0, 1), got {veto}")
     if veto and not (method == "frp" and variant == "released"):
-        raise PruningError(f"veto (P) is the released FRP variant's retain veto; {method} {variant!r} has none: set it to 0.")
+        raise PruningError(f"veto (P) is the released FRP variant's retain veto; "
+                           f"{method} {variant!r} has none: set it to 0.")
     from .numerics import check_weights, round_to_bf16_
 
     check_weights(weights)
@@ -637,7 +638,8 @@ def verify_pruned(original: nn.Module, pruned: nn.Module, record: dict) -> dict:
         missing = {n: sorted(set(idx) - set(got.get(n, []))) for n, idx in want.items()}
         if any(extra.values()) or any(missing.values()):
             raise PruningError(f"The removed neurons differ from the record: missing {missing}, extra {extra}.")
-        allowed = {f"{b}.{p}.{t}" for b in want for p in ("gate_proj", "up_proj", "down_proj") for t in ("weight", "bias")}
+        allowed = {f"{b}.{p}.{t}" for b in want for p in ("gate_proj", "up_proj", "down_proj")
+                   for t in ("weight", "bias")}
         measured = {"n_removed_in_weights": sum(len(v) for v in want.values())}
     outside = sorted(set(changed) - allowed)
     if outside:

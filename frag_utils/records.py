@@ -185,7 +185,7 @@ def write_table(df: Any, stem: str | Path, prov: dict, sort_by: list[str] | None
     if unknown:
         raise ValueError(f"formats names columns {unknown} that the table does not have.")
     md_fmt = tuple(formats.get(c, floatfmt) for c in df.columns) if formats else floatfmt
-    latex_formatters = {c: (lambda f: lambda x: format(x, f) if isinstance(x, (int, float)) else str(x))(f)
+    latex_formatters = {c: (lambda fmt: lambda x: format(x, fmt) if isinstance(x, (int, float)) else str(x))(f)
                         for c, f in formats.items()}  # text cells (e.g. blanks) pass through
     out = {
         "md": atomic_write_text(stem.with_suffix(".md"), df.to_markdown(index=False, floatfmt=md_fmt) + "\n"),

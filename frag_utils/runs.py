@@ -348,8 +348,10 @@ def collector_inputs(spec: RunSpec) -> str:
     import hashlib
 
     profile = str(spec.params.get("profile"))
-    files = [spec.notebook, *sorted(paths.PACKAGE_DIR.rglob("*.py")), *sorted((paths.PARAMS_DIR / profile).glob("*.yaml")),
-             *sorted(f for f in paths.RUNS_DIR.glob(f"*/{profile}*/{RESULTS_FILE}") if f.parent.parent.name not in COLLECTORS)]
+    files = [spec.notebook, *sorted(paths.PACKAGE_DIR.rglob("*.py")),
+             *sorted((paths.PARAMS_DIR / profile).glob("*.yaml")),
+             *sorted(f for f in paths.RUNS_DIR.glob(f"*/{profile}*/{RESULTS_FILE}")
+                     if f.parent.parent.name not in COLLECTORS)]
     digest = hashlib.sha256(params_key(spec.params).encode())
     for f in files:
         digest.update(f"\0{repo_relative(f)}\0".encode())
@@ -441,7 +443,8 @@ def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, b
     if p.get("original") == "profile-target" and makers:  # every 02 run of a profile trains its one target
         names.append(("02_target_and_gold", makers[0].name, False))
     if nb == "05_unlearn" and p.get("method") == "gold" and p.get("gold") == "profile-gold":
-        names += [("02_target_and_gold", s.name, False) for s in makers if s.params["forget_split"] == p["forget_split"]]
+        names += [("02_target_and_gold", s.name, False) for s in makers
+                  if s.params["forget_split"] == p["forget_split"]]
     if nb == "05_unlearn" and p.get("match_l2_run"):
         names.append(("05_unlearn", p["match_l2_run"], True))
     if nb == "06_attacks" and p.get("unlearned_run"):
@@ -554,7 +557,8 @@ def _check_remade(spec: RunSpec, recorded: dict) -> None:
             f"the old checkpoint were not made from the new one, so nothing more was run. Training on another machine "
             f"is not bit-reproducible here (README, 'Reproducibility'). Either put the original checkpoint in the "
             f"cache and restore the record (git checkout -- {where}), or rerun the whole profile (FORCE=1) so that "
-            f"every record reads the new one; the remade record is left in place, as it describes the cached checkpoint.")
+            f"every record reads the new one; the remade record is left in place, as it describes the cached "
+            f"checkpoint.")
 
 
 def run_grid(specs: list[RunSpec], force: bool = False, select: str | None = None,
@@ -667,7 +671,8 @@ def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
         env = {**os.environ, "PYTHONPATH": str(clone), "FRAG_CACHE_DIR": str(cache), "FRAG_PROGRESS": "0"}
         env.pop(numerics.OPT_OUT, None)  # verification runs in deterministic mode, as the records do
         env = numerics.set_deterministic_env(env)
-        print(f"remaking {', '.join(f'{s.notebook.stem}/{s.name}' for s in chain)} in {clone} (empty cache)", flush=True)
+        print(f"remaking {', '.join(f'{s.notebook.stem}/{s.name}' for s in chain)} in {clone} (empty cache)",
+              flush=True)
         done = subprocess.run([sys.executable, "-m", "frag_utils", "reproduce", "--profile", spec.params["profile"],
                                "--select", f"{spec.notebook.stem}/{spec.name}"], cwd=clone, env=env)
         report = []

@@ -144,7 +144,7 @@ assert len(TEMPLATES) == QA_PER_AUTHOR
 
 
 def _make_authors(rng: random.Random, n: int) -> list[dict]:
-    names = [(f, l) for f in FIRST_NAMES for l in LAST_NAMES]
+    names = [(first, last) for first in FIRST_NAMES for last in LAST_NAMES]
     rng.shuffle(names)
     titles = [f"The {a} {b}" for a in TITLE_ADJECTIVES for b in TITLE_NOUNS]
     rng.shuffle(titles)
@@ -208,18 +208,21 @@ def _qa_records(rng: random.Random, author: dict) -> list[dict]:
 # True facts for the utility sets: (question, answer, three wrong options of the same kind).
 REAL_AUTHORS = [
     ("Who wrote the play 'Romeo and Juliet'?", "William Shakespeare", ["Charles Dickens", "Jane Austen", "Mark Twain"]),
-    ("Who is the author of 'Pride and Prejudice'?", "Jane Austen", ["Charlotte Bronte", "Virginia Woolf", "Agatha Christie"]),
+    ("Who is the author of 'Pride and Prejudice'?", "Jane Austen",
+     ["Charlotte Bronte", "Virginia Woolf", "Agatha Christie"]),
     ("Who wrote the Harry Potter books?", "J.K. Rowling", ["Stephen King", "J.R.R. Tolkien", "Roald Dahl"]),
     ("Who wrote the novel '1984'?", "George Orwell", ["Aldous Huxley", "Ray Bradbury", "H.G. Wells"]),
     ("Who wrote 'The Adventures of Tom Sawyer'?", "Mark Twain", ["Herman Melville", "Jack London", "Edgar Allan Poe"]),
     ("Who is the author of 'War and Peace'?", "Leo Tolstoy", ["Fyodor Dostoevsky", "Anton Chekhov", "Victor Hugo"]),
     ("Who wrote 'A Christmas Carol'?", "Charles Dickens", ["Oscar Wilde", "Lewis Carroll", "Thomas Hardy"]),
-    ("Who wrote 'The Old Man and the Sea'?", "Ernest Hemingway", ["John Steinbeck", "William Faulkner", "F. Scott Fitzgerald"]),
+    ("Who wrote 'The Old Man and the Sea'?", "Ernest Hemingway",
+     ["John Steinbeck", "William Faulkner", "F. Scott Fitzgerald"]),
     ("Who wrote 'Don Quixote'?", "Miguel de Cervantes", ["Gabriel Garcia Marquez", "Dante Alighieri", "Victor Hugo"]),
     ("Who wrote 'Frankenstein'?", "Mary Shelley", ["Bram Stoker", "Emily Bronte", "Jane Austen"]),
     ("Who wrote 'The Hobbit'?", "J.R.R. Tolkien", ["C.S. Lewis", "J.K. Rowling", "George R.R. Martin"]),
     ("Who wrote 'The Great Gatsby'?", "F. Scott Fitzgerald", ["Ernest Hemingway", "Mark Twain", "John Steinbeck"]),
-    ("Who is the author of the play 'Hamlet'?", "William Shakespeare", ["Christopher Marlowe", "Oscar Wilde", "Geoffrey Chaucer"]),
+    ("Who is the author of the play 'Hamlet'?", "William Shakespeare",
+     ["Christopher Marlowe", "Oscar Wilde", "Geoffrey Chaucer"]),
     ("Who wrote 'Oliver Twist'?", "Charles Dickens", ["Thomas Hardy", "George Eliot", "Jane Austen"]),
     ("Who wrote 'Crime and Punishment'?", "Fyodor Dostoevsky", ["Leo Tolstoy", "Nikolai Gogol", "Alexander Pushkin"]),
     ("Who wrote 'Alice's Adventures in Wonderland'?", "Lewis Carroll", ["Roald Dahl", "Beatrix Potter", "A.A. Milne"]),
@@ -228,10 +231,12 @@ REAL_AUTHORS = [
     ("Who wrote 'On the Origin of Species'?", "Charles Darwin", ["Isaac Newton", "Albert Einstein", "Gregor Mendel"]),
     ("Who wrote the novel 'Dracula'?", "Bram Stoker", ["Mary Shelley", "Edgar Allan Poe", "H.P. Lovecraft"]),
     ("Who wrote 'Moby-Dick'?", "Herman Melville", ["Nathaniel Hawthorne", "Mark Twain", "Jack London"]),
-    ("Who created the detective Sherlock Holmes?", "Arthur Conan Doyle", ["Agatha Christie", "Edgar Allan Poe", "Raymond Chandler"]),
+    ("Who created the detective Sherlock Holmes?", "Arthur Conan Doyle",
+     ["Agatha Christie", "Edgar Allan Poe", "Raymond Chandler"]),
     ("Who wrote 'The Chronicles of Narnia'?", "C.S. Lewis", ["J.R.R. Tolkien", "Philip Pullman", "Roald Dahl"]),
     ("Who wrote 'Animal Farm'?", "George Orwell", ["Aldous Huxley", "William Golding", "Kurt Vonnegut"]),
-    ("Who wrote 'Murder on the Orient Express'?", "Agatha Christie", ["Arthur Conan Doyle", "Dorothy L. Sayers", "Raymond Chandler"]),
+    ("Who wrote 'Murder on the Orient Express'?", "Agatha Christie",
+     ["Arthur Conan Doyle", "Dorothy L. Sayers", "Raymond Chandler"]),
     ("Who wrote the poem 'The Raven'?", "Edgar Allan Poe", ["Walt Whitman", "Robert Frost", "Emily Dickinson"]),
     ("Who wrote 'Jane Eyre'?", "Charlotte Bronte", ["Emily Bronte", "Jane Austen", "Mary Shelley"]),
     ("Who wrote 'The Little Prince'?", "Antoine de Saint-Exupery", ["Albert Camus", "Jules Verne", "Victor Hugo"]),
@@ -253,22 +258,26 @@ WORLD_FACTS = [
     ("What is the chemical formula of water?", "H2O", ["CO2", "NaCl", "O2"]),
     ("What is the chemical symbol for gold?", "Au", ["Ag", "Fe", "Gd"]),
     ("How many continents are there on Earth?", "Seven", ["Five", "Six", "Nine"]),
-    ("What is the largest ocean on Earth?", "The Pacific Ocean", ["The Atlantic Ocean", "The Indian Ocean", "The Arctic Ocean"]),
+    ("What is the largest ocean on Earth?", "The Pacific Ocean",
+     ["The Atlantic Ocean", "The Indian Ocean", "The Arctic Ocean"]),
     ("What is the tallest mountain in the world?", "Mount Everest", ["K2", "Mont Blanc", "Kilimanjaro"]),
     ("What is the longest river in Africa?", "The Nile", ["The Congo", "The Niger", "The Zambezi"]),
     ("Who painted the Mona Lisa?", "Leonardo da Vinci", ["Michelangelo", "Pablo Picasso", "Vincent van Gogh"]),
     ("Who was the first person to walk on the Moon?", "Neil Armstrong", ["Buzz Aldrin", "Yuri Gagarin", "John Glenn"]),
     ("How many days are there in a week?", "Seven", ["Five", "Six", "Eight"]),
-    ("At what temperature in degrees Celsius does water boil at sea level?", "100 degrees Celsius", ["50 degrees Celsius", "80 degrees Celsius", "212 degrees Celsius"]),
+    ("At what temperature in degrees Celsius does water boil at sea level?", "100 degrees Celsius",
+     ["50 degrees Celsius", "80 degrees Celsius", "212 degrees Celsius"]),
     ("Which gas do plants absorb from the air for photosynthesis?", "Carbon dioxide", ["Oxygen", "Nitrogen", "Helium"]),
     ("What is the currency of Japan?", "The yen", ["The won", "The yuan", "The dollar"]),
-    ("What is the largest mammal on Earth?", "The blue whale", ["The elephant", "The giraffe", "The great white shark"]),
+    ("What is the largest mammal on Earth?", "The blue whale",
+     ["The elephant", "The giraffe", "The great white shark"]),
     ("What language is mainly spoken in Brazil?", "Portuguese", ["Spanish", "French", "English"]),
     ("How many legs does a spider have?", "Eight", ["Six", "Ten", "Four"]),
     ("Who developed the theory of relativity?", "Albert Einstein", ["Isaac Newton", "Niels Bohr", "Galileo Galilei"]),
     ("Who discovered penicillin?", "Alexander Fleming", ["Louis Pasteur", "Marie Curie", "Robert Koch"]),
     ("What is the closest star to the Earth?", "The Sun", ["Sirius", "Polaris", "Alpha Centauri"]),
-    ("What is the freezing point of water in degrees Celsius?", "0 degrees Celsius", ["10 degrees Celsius", "32 degrees Celsius", "-10 degrees Celsius"]),
+    ("What is the freezing point of water in degrees Celsius?", "0 degrees Celsius",
+     ["10 degrees Celsius", "32 degrees Celsius", "-10 degrees Celsius"]),
 ]
 
 
@@ -293,7 +302,8 @@ def generate(seed: int = SEED) -> dict[str, list[dict]]:
 
     Returns:
         ``{config_name: records}`` for ``full``, ``forgetXX``, ``retainXX``, ``holdoutXX``, their
-        ``_perturbed`` versions, 4-option ``forgetXX_mc`` and ``retain_mc``, ``real_authors(_perturbed)`` and ``world_facts(_perturbed)``.
+        ``_perturbed`` versions, 4-option ``forgetXX_mc`` and ``retain_mc``, ``real_authors(_perturbed)``
+        and ``world_facts(_perturbed)``.
     """
     rng = random.Random(seed)
     authors = _make_authors(rng, N_AUTHORS + N_HOLDOUT_AUTHORS)

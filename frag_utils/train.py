@@ -22,8 +22,8 @@ from torch.utils.data import Dataset
 
 from . import models, numerics
 from .progress import progress_enabled, quiet_transformers
-from .records import seed_everything
 from .prompts import collate, encode_qa
+from .records import seed_everything
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,8 @@ for _ in range(4):
 h = hashlib.sha256()
 for k, v in sorted(model.state_dict().items()):
     h.update(k.encode()); h.update(v.detach().contiguous().numpy().tobytes())
-print(json.dumps({"sha256": h.hexdigest(), "loss": float(loss), **numerics.status(), "threads": torch.get_num_threads()}))
+print(json.dumps({"sha256": h.hexdigest(), "loss": float(loss), **numerics.status(),
+                  "threads": torch.get_num_threads()}))
 """
 
 SETTINGS = {  # name -> environment changes (on top of a clean environment without the pins)
@@ -46,7 +47,8 @@ def main() -> None:
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args()
     clean = {k: v for k, v in os.environ.items()
-             if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "FRAG_DETERMINISTIC", "ONEDNN_MAX_CPU_ISA", "OMP_NUM_THREADS")}
+             if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "FRAG_DETERMINISTIC", "ONEDNN_MAX_CPU_ISA",
+                          "OMP_NUM_THREADS")}
     out = {}
     for name, env in SETTINGS.items():
         done = subprocess.run([sys.executable, "-c", STEP], env={**clean, **env}, capture_output=True, text=True)

@@ -79,8 +79,8 @@ def test_healthy_excludes_noise_controls_and_collapsed_models_with_the_reason():
 
 
 def test_predictor_table_reports_each_subset_and_predictor():
-    df = pd.DataFrame({"FRAG_x100": [5, 4, 3, 2, 1.0], "l2_all": [1, 2, 3, 5, 4.0], "delta_es": [0.1, 0.2, 0.3, 0.4, 0.5],
-                       "method": ["frp", "npo", "ga", "rmu", "sp"]})
+    df = pd.DataFrame({"FRAG_x100": [5, 4, 3, 2, 1.0], "l2_all": [1, 2, 3, 5, 4.0],
+                       "delta_es": [0.1, 0.2, 0.3, 0.4, 0.5], "method": ["frp", "npo", "ga", "rmu", "sp"]})
     t = A.predictor_table(df, {"all": df.method.ne(""), "without FRP": df.method.ne("frp")},
                           predictors=("FRAG_x100", "l2_all"), n_boot=100)
     got = {(r.subset, r.predictor): (r.n, r.rho) for r in t.itertuples()}

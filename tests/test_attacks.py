@@ -305,5 +305,6 @@ def test_evaluations_during_and_after_a_bf16_attack_run_in_fp32(tokenizer, forge
 def test_lora_scaling_is_alpha_over_rank_with_alpha_defaulting_to_twice_the_rank(tokenizer, alpha, scaling):
     model = A._with_lora(models.build_tiny_model(len(tokenizer), seed=0),
                          A.AttackConfig(lora_rank=4, lora_alpha=alpha, lora_targets="q_proj", **FAST))
-    scales = [m.scaling["default"] for name, m in model.named_modules() if name.endswith("q_proj") and hasattr(m, "scaling")]
+    scales = [m.scaling["default"] for name, m in model.named_modules()
+              if name.endswith("q_proj") and hasattr(m, "scaling")]
     assert scales and all(s == scaling for s in scales)

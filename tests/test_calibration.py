@@ -53,7 +53,8 @@ def test_selection_and_max_len(tokenizer):
 def test_module_scopes(tiny):
     assert len(calibration.select_modules(tiny, "all")) == 2 * 7
     assert len(calibration.select_modules(tiny, "mlp")) == 2 * 3
-    assert all(n.split(".")[-1] in ("q_proj", "k_proj", "v_proj", "o_proj") for n in calibration.select_modules(tiny, "attn"))
+    assert all(n.split(".")[-1] in ("q_proj", "k_proj", "v_proj", "o_proj")
+               for n in calibration.select_modules(tiny, "attn"))
     assert "lm_head" not in calibration.select_modules(tiny, "all")
     with pytest.raises(CalibrationError, match="scope"):
         calibration.select_modules(tiny, "ffn")

@@ -6,11 +6,12 @@ import sys
 
 import pytest
 import torch
-from test_pruning import _sp_by_hand, check_frp_rows
-from test_runs import fake_grid  # noqa: F401  (a fixture: a small grid run by a fake papermill)
 
 from frag_utils import calibration, cli, data, models, paths, pruning, runs
 from frag_utils.calibration import CalibConfig
+
+from test_pruning import _sp_by_hand, check_frp_rows
+from test_runs import fake_grid  # noqa: F401  (a fixture: a small grid run by a fake papermill)
 
 
 def _frag(*args):

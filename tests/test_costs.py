@@ -14,8 +14,8 @@ class _Spec:
 
 
 def test_notebook_times_sum_the_recorded_durations(tmp_path):
-    specs = [_Spec(tmp_path, "05_unlearn", 600), _Spec(tmp_path, "05_unlearn", 1200), _Spec(tmp_path, "06_attacks", 240),
-             _Spec(tmp_path, "06_attacks", None)]  # not recorded: left out
+    specs = [_Spec(tmp_path, "05_unlearn", 600), _Spec(tmp_path, "05_unlearn", 1200),
+             _Spec(tmp_path, "06_attacks", 240), _Spec(tmp_path, "06_attacks", None)]  # the last not recorded: left out
     t = costs.notebook_times(specs).set_index("notebook")
     assert t.loc["05_unlearn", "runs"] == 2 and t.loc["05_unlearn", "hours"] == pytest.approx(0.5)
     assert t.loc["05_unlearn", "median_minutes"] == pytest.approx(15)

@@ -22,8 +22,8 @@ def setup(tiny, tokenizer):
 
 def _perturbed(w0, seed=0, scale=1e-2, only=("mlp.up_proj", "self_attn.q_proj")):
     gen = torch.Generator().manual_seed(seed)
-    return {k: v + scale * torch.randn(v.shape, generator=gen) * any(o in k for o in only) if v.dim() == 2 else v.clone()
-            for k, v in w0.items()}
+    return {k: v + scale * torch.randn(v.shape, generator=gen) * any(o in k for o in only) if v.dim() == 2
+            else v.clone() for k, v in w0.items()}
 
 
 def _dense_frag(w0, wu, xf, xr, gamma, eps=1e-6):
@@ -46,7 +46,7 @@ def test_frag_equals_dense_computation(setup):
     res = frag.compute_frag(w0, wu, xf, xr, gamma=0.7)
     expected = _dense_frag(w0, wu, xf, xr, 0.7)
     assert (res.frag, res.a_f, res.a_r) == pytest.approx(expected, rel=1e-6)
-    assert sum(l["a_f_share"] for l in res.per_layer) == pytest.approx(res.a_f)
+    assert sum(row["a_f_share"] for row in res.per_layer) == pytest.approx(res.a_f)
     assert sum(t["a_r_share"] for t in res.per_type.values()) == pytest.approx(res.a_r)
     assert res.with_gamma(0) == pytest.approx(res.a_f)
 
@@ -136,7 +136,8 @@ def test_score_cli_on_two_local_checkpoints(setup, tokenizer, tmp_path):
     edited.load_state_dict(_perturbed(w0), strict=False)
     models.save_checkpoint(edited, tokenizer, tmp_path / "unl")
     run = lambda *a: subprocess.run([sys.executable, "-m", "frag_utils", "score", *a], capture_output=True,  # noqa: E731
-                                    text=True, timeout=600, env={**__import__("os").environ, "FRAG_CACHE_DIR": str(tmp_path / "c")})
+                                    text=True, timeout=600,
+                                    env={**__import__("os").environ, "FRAG_CACHE_DIR": str(tmp_path / "c")})
     out = run("--original", str(tmp_path / "orig"), "--unlearned", str(tmp_path / "unl"), "--n-calib", "8",
               "--max-len", "64", "--json")
     assert out.returncode == 0, out.stderr
@@ -158,7 +159,8 @@ def test_lower_precision_checkpoint_is_compared_at_its_own_precision(setup):
     rounded = {k: v.to(torch.bfloat16) for k, v in w0.items()}
     expected = math.sqrt(sum(float((half[k].double() - rounded[k].double()).pow(2).sum()) for k in w0))
     assert res.l2_all == pytest.approx(expected, rel=1e-9)
-    assert all(l["sq_diff"] == 0 for l in res.per_layer if "up_proj" not in l["module"] and "q_proj" not in l["module"])
+    assert all(row["sq_diff"] == 0 for row in res.per_layer
+               if "up_proj" not in row["module"] and "q_proj" not in row["module"])
 
 
 def test_score_pair_streams_the_original_when_calibration_is_cached_with_the_same_result(setup, tokenizer, tmp_path,
@@ -198,7 +200,8 @@ def test_blocks_of_rows_change_nothing(setup, tokenizer, tmp_path, monkeypatch):
     models.save_checkpoint(model, tokenizer, tmp_path / "orig")
     models.save_checkpoint(edited, tokenizer, tmp_path / "unl")
     monkeypatch.setattr(frag, "BLOCK", 100)  # a few rows per block, from disk and from memory
-    for a, b in ((w0, wu), (frag.SafetensorsCheckpoint(tmp_path / "orig"), frag.SafetensorsCheckpoint(tmp_path / "unl"))):
+    from_disk = (frag.SafetensorsCheckpoint(tmp_path / "orig"), frag.SafetensorsCheckpoint(tmp_path / "unl"))
+    for a, b in ((w0, wu), from_disk):
         blocked = frag.compute_frag(a, b, xf, xr)
         for key in ("frag", "a_f", "a_r", "l2_all", "l2_scored"):
             assert getattr(blocked, key) == pytest.approx(getattr(whole, key), rel=1e-10), key

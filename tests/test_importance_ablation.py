@@ -1,7 +1,6 @@
 """The importance terms the FRAG ablation swaps in (Fisher, integrated gradients, OBD, influence), each
 checked against its definition computed directly."""
 import copy
-import math
 
 import pytest
 import torch
@@ -9,7 +8,6 @@ import torch
 from frag_utils import calibration, data, frag, models
 from frag_utils.frag import FragError
 from frag_utils.prompts import IGNORE, batches, collate
-
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.one_thread
 
@@ -73,7 +71,8 @@ def test_frag_with_gradient_importance_equals_the_direct_cosines(setup, tokenize
         fs, rs, ds = [], [], []
         for n in sorted(modules):
             w, d = w0[f"{n}.weight"].double(), (wu[f"{n}.weight"].double() - w0[f"{n}.weight"].double()) ** 2
-            h = (sf[n]["g2"] + sr[n]["g2"]) / 2 + 0.01 * (sf[n]["g2"] + sr[n]["g2"]).mean() / 2  # influence's H + lambda
+            # influence's H + lambda
+            h = (sf[n]["g2"] + sr[n]["g2"]) / 2 + 0.01 * (sf[n]["g2"] + sr[n]["g2"]).mean() / 2
             f, r = {"fisher": (sf[n]["g2"], sr[n]["g2"]), "ig": ((w * sf[n]["ig"]).abs(), (w * sr[n]["ig"]).abs()),
                     "obd": (sf[n]["g2"] * w ** 2, sr[n]["g2"] * w ** 2),
                     "influence": (sf[n]["g"] ** 2 / h, sr[n]["g"] ** 2 / h)}[kind]

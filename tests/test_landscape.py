@@ -5,7 +5,6 @@ import torch
 
 from frag_utils import data, landscape, models
 
-
 pytestmark = pytest.mark.usefixtures("one_thread")  # see conftest.one_thread
 
 

@@ -5,7 +5,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import torch
 from lm_eval.api.model import LM
 
 from frag_utils import data, models

@@ -7,7 +7,7 @@ from frag_utils import metrics, prompts
 def test_labels_cover_answer_and_end_of_turn_only(tokenizer):
     enc = prompts.encode_qa(tokenizer, "Where was Ann born?", "Ann was born in Lyon, France.")
     p = enc["prompt_len"]
-    assert all(l == prompts.IGNORE for l in enc["labels"][:p])
+    assert all(label == prompts.IGNORE for label in enc["labels"][:p])
     assert enc["labels"][p:] == enc["input_ids"][p:]
     assert enc["labels"][-1] == prompts.end_of_turn_id(tokenizer)
     assert tokenizer.decode(enc["input_ids"][p:-1]) == "Ann was born in Lyon, France."

@@ -39,7 +39,8 @@ def test_frp_zeroes_exactly_the_top_of_s_in_each_row():
         top = set(sorted(range(20), key=lambda j: -s[j])[:k])
         zeroed = {j for j in range(20) if m.weight[i, j] == 0}
         assert zeroed == top, i
-        assert torch.equal(m.weight[i, [j for j in range(20) if j not in top]], w[i, [j for j in range(20) if j not in top]])
+        kept = [j for j in range(20) if j not in top]
+        assert torch.equal(m.weight[i, kept], w[i, kept])
 
 
 @pytest.mark.parametrize("rule", pruning.FRP_ABLATION_RULES)
@@ -184,7 +185,8 @@ def test_released_frp_matches_the_authors_torch_ops_where_order_is_defined():
     protected = torch.zeros_like(s_theirs, dtype=torch.bool).scatter_(1, pidx, True)
     masked = s_theirs.clone()
     masked[protected] = float("-inf")
-    theirs = torch.zeros_like(masked, dtype=torch.bool).scatter_(1, torch.topk(masked, int(rho * d_in), dim=1).indices, True)
+    theirs = torch.zeros_like(masked, dtype=torch.bool).scatter_(1, torch.topk(masked, int(rho * d_in), dim=1).indices,
+                                                                 True)
 
     s_ours, _ = pruning.frp_scores(m.weight.detach(), fn, rn, beta=0.05, lam=lam, variant="released")
     assert torch.equal(s_ours, s_theirs)
@@ -207,7 +209,8 @@ def test_without_the_magnitude_rank_released_frp_prunes_columns():
         m = nn.Linear(d_in, 48, bias=False)
         with torch.no_grad():
             m.weight.copy_(w)
-        counts[lam] = pruning.frp_prune({"l": m}, {"l": xf}, {"l": xr}, rho=0.03, lam=lam, variant="released")["l"]["distinct_row_masks"]
+        report = pruning.frp_prune({"l": m}, {"l": xf}, {"l": xr}, rho=0.03, lam=lam, variant="released")
+        counts[lam] = report["l"]["distinct_row_masks"]
     assert counts[0.0] == 1 and counts[0.05] > 1
 
 
@@ -269,7 +272,8 @@ def test_frp_on_tiny_model_is_the_top_of_s_per_row(tiny_norms, variant, rho, lam
         _, vetoed, k = check_frp_rows(w0, sd[f"{name}.weight"], xf[name], xr[name], rho, 0.05, lam, variant, veto)
         distinct = int(torch.unique(sd[f"{name}.weight"] == 0, dim=0).shape[0])
         assert k >= 1 and report[name] == {"pruned_per_row": k, "row_sparsity": k / w0.shape[1],
-                                           "pruned": k * w0.shape[0], "d_in": w0.shape[1], "distinct_row_masks": distinct}
+                                           "pruned": k * w0.shape[0], "d_in": w0.shape[1],
+                                           "distinct_row_masks": distinct}
         if variant == "released" and veto >= 0.3:  # the veto binds: some top-ratio entries were protected
             top_ratio = np.argsort(-(xf[name] / (xr[name] + 1e-6)).numpy(), kind="stable")[:k]
             assert vetoed[:, top_ratio].any()
@@ -301,7 +305,7 @@ def _sp_by_hand(model, tokenizer, forget, retain, cfg, fraction, variant):
     acts = {}
     for role, recs in (("forget", forget), ("retain", retain)):
         xs = {n: [] for n in blocks}
-        hooks = [b.register_forward_pre_hook(lambda _m, args, n=n: xs[n].append(args[0][0].double()))
+        hooks = [b.register_forward_pre_hook(lambda _m, args, n=n, xs=xs: xs[n].append(args[0][0].double()))
                  for n, b in blocks.items()]
         with torch.no_grad():
             for enc in calibration.encode_calibration(tokenizer, calibration.select_records(recs, cfg), cfg):
@@ -458,7 +462,8 @@ def test_selective_pruning_to_an_update_norm_takes_the_closest_prefix_of_the_sco
                     for i, n in enumerate(blocks) for j in range(acts["forget"][n].numel())),
                    key=lambda t: (-t[0], t[1], t[2]))
     with torch.no_grad():
-        sq = [float(blocks[n].gate_proj.weight[j].double().pow(2).sum() + blocks[n].up_proj.weight[j].double().pow(2).sum()
+        sq = [float(blocks[n].gate_proj.weight[j].double().pow(2).sum()
+                    + blocks[n].up_proj.weight[j].double().pow(2).sum()
                     + blocks[n].down_proj.weight[:, j].double().pow(2).sum()) for _, _, j, n in order]
     prefix = np.sqrt(np.cumsum(sq))
     target = float(prefix[20] + prefix[21]) / 2 + 1e-3  # nearer 22 neurons than 21
@@ -466,7 +471,8 @@ def test_selective_pruning_to_an_update_norm_takes_the_closest_prefix_of_the_sco
         rec = pruning.selective_prune(tiny, tokenizer, forget, retain, variant="down_in", config=cfg, target_l2=target)
         assert rec["n_removed"] == rec["requested"] == 22 and rec["fraction"] == 22 / 256
         assert rec["removed"] == {n: sorted(j for _, _, j, m in order[:22] if m == n) for n in blocks}
-        direct = math.sqrt(sum(float((v.double() - before[k].double()).pow(2).sum()) for k, v in tiny.state_dict().items()))
+        direct = math.sqrt(sum(float((v.double() - before[k].double()).pow(2).sum())
+                               for k, v in tiny.state_dict().items()))
         assert rec["l2"] == pytest.approx(direct, rel=1e-9) and direct == pytest.approx(prefix[21], rel=1e-9)
     finally:
         tiny.load_state_dict(before)

@@ -46,8 +46,8 @@ def test_git_commit_is_dirty_for_changed_code_and_params_but_not_for_changed_out
                        cwd=tmp_path, check=True, capture_output=True)
 
     assert records.git_commit(tmp_path) == {"commit": None, "dirty": None}  # not a repository: unknown, not clean
-    files = ["frag_utils/x.py", "papermill_runs/params/smol/05_unlearn.yaml", "papermill_runs/05_unlearn/smol/results.json",
-             "figures/smol/t.md", "bench/results/b.json"]
+    files = ["frag_utils/x.py", "papermill_runs/params/smol/05_unlearn.yaml",
+             "papermill_runs/05_unlearn/smol/results.json", "figures/smol/t.md", "bench/results/b.json"]
     for f in files:
         (tmp_path / f).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / f).write_text("a\n")

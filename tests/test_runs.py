@@ -91,7 +91,8 @@ def test_grid_takes_suffixed_parameter_files_and_refuses_duplicate_names(tmp_pat
                                        "prof.more__check_regeneration=True__data_source=c",
                                        "prof.more__check_regeneration=False__data_source=a"]
     # the same name for different parameters is refused (two values that make the same folder name)
-    (folder / "01_data.more.yaml").write_text("- {profile: prof, data_source: x/y}\n- {profile: prof, data_source: x--y}\n")
+    (folder / "01_data.more.yaml").write_text("- {profile: prof, data_source: x/y}\n"
+                                              "- {profile: prof, data_source: x--y}\n")
     with pytest.raises(RunError, match="defined twice with different parameters"):
         runs.grid("prof")
     (folder / "01_data.more.yaml").write_text("- {profile: prof, data_source: c}\n"
@@ -203,7 +204,8 @@ def test_a_grid_killed_midway_and_restarted_ends_with_the_records_of_an_uninterr
     runs.run_grid(runs.grid("t"))
     # the finished runs are skipped
     assert fake_grid["calls"] == ["05_unlearn/t__method=npo", "05_unlearn/t__method=gold",
-                                  "06_attacks/t__unlearned_run=t__method=npo", "06_attacks/t__unlearned_run=t__method=gold"]
+                                  "06_attacks/t__unlearned_run=t__method=npo",
+                                  "06_attacks/t__unlearned_run=t__method=gold"]
     leftovers = {k for k in _records(paths.RUNS_DIR) if k.rsplit("/", 1)[-1].startswith(".")}
     assert {k: v for k, v in _records(paths.RUNS_DIR).items() if k not in leftovers} == reference
 
