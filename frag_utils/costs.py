@@ -22,8 +22,10 @@ def notebook_times(specs: list) -> pd.DataFrame:
     """Per notebook: recorded runs, total hours and median minutes per run, over the complete runs
     of ``specs`` (:class:`frag_utils.runs.RunSpec`), with a last row ``all``."""
     rows = []
+    from .runs import COLLECTORS
+
     for s in specs:
-        if s.executed.is_file():
+        if s.notebook.stem not in COLLECTORS and s.is_complete():
             d = run_duration(s.executed)
             if d is not None:
                 rows.append({"notebook": s.notebook.stem, "seconds": float(d)})

@@ -315,7 +315,7 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL) -> dict:
     numerics.set_deterministic_env()  # and deterministic mode, also where the kernel spec lacks it
     from .records import RUN_COMMIT_ENV, git_commit
 
-    os.environ.pop(RUN_COMMIT_ENV, None)
+    previous_commit = os.environ.pop(RUN_COMMIT_ENV, None)
     start_git = git_commit()  # the record names the code this run starts from
     dirty = {True: "1", False: "0"}.get(start_git["dirty"], "?")
     os.environ[RUN_COMMIT_ENV] = f"{start_git['commit'] or ''}:{dirty}"
@@ -328,6 +328,11 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL) -> dict:
                                    extra_arguments=["--IPKernelApp.log_level=ERROR"])
     except Exception as err:  # not a kill (KeyboardInterrupt): a later run resumes from what it left
         raise _failed(spec, tmp, had_record, err) from err
+    finally:  # this process's own records name their own commit again
+        if previous_commit is None:
+            os.environ.pop(RUN_COMMIT_ENV, None)
+        else:
+            os.environ[RUN_COMMIT_ENV] = previous_commit
     os.replace(tmp, spec.executed)
     failed_notebook_path(spec, True).unlink(missing_ok=True)  # an earlier failure's, now replaced
     if collector:
@@ -662,6 +667,9 @@ def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
         if not tracked or changed:
             raise RunError(f"{s.notebook.stem}/{s.name} has no committed record at HEAD (or its record has uncommitted "
                            "changes): verify compares a remake with what is committed; commit the record first.")
+    if workdir and Path(workdir).exists() and any(Path(workdir).iterdir()):
+        raise RunError(f"--workdir {workdir} is not empty: verify clones the repository and makes a new cache there; "
+                       "name a new or empty folder.")
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="frag-verify-"))
     clone, cache = root / "repo", root / "cache"
     try:
@@ -675,14 +683,13 @@ def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
               flush=True)
         done = subprocess.run([sys.executable, "-m", "frag_utils", "reproduce", "--profile", spec.params["profile"],
                                "--select", f"{spec.notebook.stem}/{spec.name}"], cwd=clone, env=env)
+        if done.returncode != 0:
+            raise RunError(f"Remaking {run} failed (its output is above; the clone and cache are in {root} when "
+                           "--workdir is given): nothing was compared.")
         report = []
         for s, r in zip(chain, rel):
             recorded = json.loads((s.out_dir / RESULTS_FILE).read_text())["results"]
             file = clone / r / RESULTS_FILE
-            if done.returncode != 0 and not file.is_file():
-                report.append({"run": f"{s.notebook.stem}/{s.name}", "identical": False, "checkpoints": {},
-                               "differences": ["the remake failed before writing this record (its output is above)"]})
-                continue
             remade = json.loads(file.read_text())["results"]
             diff = record_differences(recorded, remade, any_location=True)
             ours, theirs = _hashes(recorded), _hashes(remade)

@@ -537,6 +537,9 @@ def make_unlearn_trainer(model: nn.Module, tokenizer: Any, forget_records: Seque
             "retain": records_digest(retain_records if retain is not None else None)}
     train.guard_work_dir(Path(work_dir), spec, "unlearning run", SPEC_FILE)
     pad = tokenizer.pad_token_id
+    train.numerics.check_autocast(config.bf16, str(next(model.parameters()).device))  # before any reference pass
+    if config.weights == "bf16":  # the frozen references (NPO, RMU) are taken from the stored, bf16 model
+        train.numerics.round_to_bf16_(model.parameters())
     objective = Objective(config, model, forget, pad)
     if objective.trainable is not None:
         keep = set(objective.trainable)

@@ -12,6 +12,9 @@ class _Spec:
         if seconds is not None:
             self.executed.write_text(json.dumps({"metadata": {"papermill": {"duration": seconds}}}))
 
+    def is_complete(self):
+        return self.executed.is_file()
+
 
 def test_notebook_times_sum_the_recorded_durations(tmp_path):
     specs = [_Spec(tmp_path, "05_unlearn", 600), _Spec(tmp_path, "05_unlearn", 1200),

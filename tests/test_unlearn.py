@@ -5,7 +5,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from frag_utils import data, models, prompts, train
+from frag_utils import data, models, numerics, prompts, train
 from frag_utils import unlearn as U
 
 from conftest import same_weights
@@ -283,3 +283,15 @@ def test_rmu_trains_every_parameter_by_default_as_openunlearning_trainer(tiny):
     names = [n for n, _ in tiny.named_parameters()]
     assert U.rmu_trainable_names(tiny, 1, "all") == names
     assert U.rmu_trainable_names(tiny, 1, "down_proj") == [n for n in names if n.endswith("mlp.down_proj.weight")]
+
+
+def test_bf16_storage_rounds_the_model_before_its_frozen_reference_is_taken(tokenizer, forget, retain, tmp_path):
+    """RMU's frozen copy (and NPO's reference log-probabilities) come from the model as stored in
+    bf16: at step 0 the model and its reference agree."""
+    model = models.build_tiny_model(len(tokenizer), seed=0)
+    assert not all(numerics.is_bf16_representable(p) for p in model.parameters())  # fp32 values to start
+    cfg = U.UnlearnConfig("rmu", **{**FAST, "rmu_trainable": "down_proj"}, weights="bf16")
+    trainer = U.make_unlearn_trainer(model, tokenizer, forget, retain, cfg, tmp_path)
+    frozen = trainer.objective.frozen
+    assert all(numerics.is_bf16_representable(p) for p in model.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), frozen.state_dict().values()))
