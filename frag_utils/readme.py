@@ -34,6 +34,10 @@ BLOCKS = {
     **{f"smol-variant-{v}": f"figures/smol/variant_{v}_delta_es.md"
        for v in ("lr", "optimizer", "data", "lora", "horizon")},
     "smol-seeds": "figures/smol_seeds/variant_seeds_delta_es.md",
+    "smol-table3-paper": "figures/smol/table3_paper_protocol.md",
+    "smol-frp-released": "figures/smol/frp_released.md",
+    "smol-precision": "figures/smol/precision.md",
+    "smol-grid-times": "figures/smol/grid_times.md",
     "bench": "bench/results/summary.md",
 }
 
