@@ -145,8 +145,18 @@ def parse_cli_value(text: str) -> Any:
     return value
 
 
-def load_params_file(path: str | Path) -> list[dict]:
-    """A YAML parameter file: one mapping (one run) or a list of mappings (several runs)."""
+NAMING = ("applicable", "every_varying")
+
+
+def load_params_file(path: str | Path, with_naming: bool = False) -> list[dict] | tuple[list[dict], str]:
+    """A YAML parameter file: one mapping (one run), a list of mappings (several runs), or
+    ``{naming: applicable | every_varying, runs: [...]}``.
+
+    ``naming`` says which keys name the runs of a list: ``applicable`` (the default) the keys whose
+    values differ between runs and that apply to the run (``APPLIES``: an RMU run is not named by
+    FRP's sparsity); ``every_varying`` every key that differs, applicable or not (the naming of the
+    records made before 2026-11-25, kept so that they stay complete).
+    """
     path = Path(path)
     if not path.is_file():
         alt = paths.PARAMS_DIR / path
@@ -154,10 +164,55 @@ def load_params_file(path: str | Path) -> list[dict]:
             raise RunError(f"Parameter file '{path}' not found (also looked in {paths.PARAMS_DIR}).")
         path = alt
     data = yaml.safe_load(path.read_text())
+    naming = "applicable"
+    if isinstance(data, dict) and "runs" in data:
+        unknown = sorted(set(data) - {"runs", "naming"})
+        naming = data.get("naming", naming)
+        if unknown or naming not in NAMING:
+            raise RunError(f"{path}: a file with 'runs:' takes only 'naming' ({' | '.join(NAMING)}) beside it; "
+                           f"got keys {sorted(data)} and naming {naming!r}.")
+        data = data["runs"]
     runs = data if isinstance(data, list) else [data]
     if not runs or not all(isinstance(r, dict) for r in runs):
         raise RunError(f"{path} must hold a mapping of parameters or a list of such mappings.")
-    return runs
+    return (runs, naming) if with_naming else runs
+
+
+_GRADIENT = ("ga", "graddiff", "npo", "rmu")
+
+
+def _methods(*names: str):
+    return lambda p: p.get("method") in names
+
+
+def _frp(*variants: str):
+    return lambda p: p.get("method") == "frp" and p.get("frp_variant") in variants
+
+
+# Which runs a notebook parameter applies to (a parameter not listed applies to every run). Read by
+# run_name: a key that varies across a parameter file names only the runs it applies to.
+APPLIES = {
+    "05_unlearn": {
+        "gold": _methods("gold"),
+        "sparsity": _methods("frp", "sp"), "prune_n_calib": _methods("frp", "sp"),
+        "frp_variant": _methods("frp"), "frp_lam": _frp("released", "eq6", "paper"),
+        "frp_veto": _frp("released"), "frp_beta": _frp("eq6", "paper"),
+        "sp_variant": _methods("sp"), "match_l2_run": _methods("sp"),
+        **{k: _methods(*_GRADIENT) for k in ("lr", "epochs", "batch_size", "grad_accum", "warmup_epochs", "bf16")},
+        "npo_beta": _methods("npo"),
+        **{k: _methods("rmu") for k in ("rmu_layer", "rmu_coeff", "rmu_alpha", "rmu_trainable")},
+    },
+    "06_attacks": {
+        "lora_targets": lambda p: p.get("lora_rank", 0) > 0,
+        "mc_shots": lambda p: bool(p.get("eval_mc")),
+    },
+}
+
+
+def applies(notebook: str, key: str, params: dict) -> bool:
+    """Whether parameter ``key`` of ``notebook`` (its stem) matters to a run with ``params``."""
+    rule = APPLIES.get(notebook, {}).get(key)
+    return rule is None or bool(rule(params))
 
 
 def current_params(notebook: str, namespace: dict) -> dict:
@@ -233,18 +288,21 @@ def plan_run(notebook: str, params_file: str | Path | None = None, overrides: di
     """Check and name the runs of one notebook (one per mapping in the parameter file)."""
     nb = resolve_notebook(notebook)
     overrides = dict(overrides or {})
-    bases = load_params_file(params_file) if params_file else [{}]
+    bases, naming = load_params_file(params_file, with_naming=True) if params_file else ([{}], "applicable")
     # runs of a suffixed file (05_unlearn.sweep.yaml) carry the suffix in their names, so that two
     # files naming their runs by the same varying keys never collide
     parts = Path(params_file).name.split(".") if params_file else []
     tag = ".".join(parts[1:-1]) if len(parts) > 2 and parts[0] == nb.stem else ""
-    # in a list of runs, the keys whose values differ between runs go into the names
+    # in a list of runs, the keys whose values differ between runs go into the names (only those
+    # that apply to the run, unless the file keeps the old naming)
     varying = {k for k in set().union(*bases) if len({repr(b.get(k)) for b in bases}) > 1}
     specs = []
     defaults = {k: v["default"] for k, v in declared_parameters(nb).items()}
     for base in bases:
         params = {**defaults, **check_parameters(nb, {**base, **overrides})}
-        name = run_name(params, {k: v for k, v in params.items() if k in overrides or k in varying}, tag)
+        named = {k: v for k, v in params.items()
+                 if k in overrides or k in varying and (naming == "every_varying" or applies(nb.stem, k, params))}
+        name = run_name(params, named, tag)
         params["run_name"] = name
         params = check_parameters(nb, params)
         specs.append(RunSpec(nb, params, name))

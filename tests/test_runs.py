@@ -63,6 +63,37 @@ def test_list_files_name_runs_by_what_varies(tmp_path):
     assert names == ["tiny__forget_split=forget01", "tiny__forget_split=forget05"]
 
 
+def test_run_names_hold_only_the_parameters_that_apply_to_the_run(tmp_path):
+    grid = ("- &b {profile: tiny, method: frp, sparsity: 0.01, lr: 5.0e-5, rmu_coeff: 2.0}\n"
+            "- {<<: *b, method: rmu, sparsity: 0.0, lr: 1.0e-3, rmu_coeff: 200.0}\n"
+            "- {<<: *b, method: sp, sparsity: 0.02}\n")
+    f = tmp_path / "05_unlearn.grid.yaml"
+    f.write_text(grid)
+    names = [s.name for s in runs.plan_run("05_unlearn", f)]
+    assert names == ["tiny.grid__method=frp__sparsity=0.01", "tiny.grid__lr=0.001__method=rmu__rmu_coeff=200",
+                     "tiny.grid__method=sp__sparsity=0.02"]
+    # every run still carries all its parameters; only the name is shorter
+    assert runs.plan_run("05_unlearn", f)[1].params["sparsity"] == 0.0
+    # an explicit override always names the run, applicable or not
+    assert runs.plan_run("05_unlearn", f, {"sparsity": 0.05})[1].name.endswith("__sparsity=0.05")
+    # the old naming, kept for the records made with it
+    old = tmp_path / "05_unlearn.old.yaml"
+    old.write_text("naming: every_varying\nruns:\n" + "".join("  " + line + "\n" for line in grid.splitlines()))
+    assert runs.plan_run("05_unlearn", old)[1].name == "tiny.old__lr=0.001__method=rmu__rmu_coeff=200__sparsity=0"
+    bad = tmp_path / "05_unlearn.bad.yaml"
+    bad.write_text("naming: short\nruns: [{profile: tiny}]\n")
+    with pytest.raises(RunError, match="naming"):
+        runs.plan_run("05_unlearn", bad)
+    assert runs.applies("05_unlearn", "frp_veto", {"method": "frp", "frp_variant": "released"})
+    assert not runs.applies("05_unlearn", "frp_veto", {"method": "frp", "frp_variant": "eq6"})
+    assert runs.applies("06_attacks", "lr", {})
+
+
+def test_applicability_names_declared_parameters_only():
+    for stem, rules in runs.APPLIES.items():
+        assert set(rules) <= set(runs.declared_parameters(runs.resolve_notebook(stem))), stem
+
+
 def test_completeness_needs_notebook_record_and_same_parameters(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "RUNS_DIR", tmp_path)
     spec = runs.plan_run("01_data", None, {"profile": "x"})[0]
