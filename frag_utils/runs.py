@@ -281,7 +281,8 @@ class RunSpec:
         except (json.JSONDecodeError, KeyError):
             return False
         defaults = {k: v["default"] for k, v in declared_parameters(self.notebook).items()}
-        return params_key(recorded, defaults) == params_key(self.params, defaults)
+        stem = self.notebook.stem
+        return params_key(recorded, defaults, stem) == params_key(self.params, defaults, stem)
 
 
 def plan_run(notebook: str, params_file: str | Path | None = None, overrides: dict | None = None) -> list[RunSpec]:
@@ -427,15 +428,18 @@ def _recorded_inputs(spec: RunSpec) -> str | None:
     return file.read_text().strip() if file.is_file() else None
 
 
-def params_key(params: dict, defaults: dict | None = None) -> str:
+def params_key(params: dict, defaults: dict | None = None, notebook: str | None = None) -> str:
     """What makes two runs of one notebook the same run: every parameter but ``run_name``.
 
     With the notebook's ``defaults``, parameters at their default value are left out, so a record
     written before a parameter was added to the notebook (whose default keeps the old behaviour,
-    as every added parameter's must) matches a run planned after.
+    as every added parameter's must) matches a run planned after. With ``notebook`` (its stem),
+    parameters that do not apply to the run (:data:`APPLIES`) are left out too: an FRP run is the
+    same run whatever learning rate its file gives the gradient methods.
     """
     defaults = defaults or {}
-    kept = {k: v for k, v in params.items() if k != "run_name" and not (k in defaults and v == defaults[k])}
+    kept = {k: v for k, v in params.items() if k != "run_name" and not (k in defaults and v == defaults[k])
+            and (notebook is None or applies(notebook, k, params))}
     return json.dumps(kept, sort_keys=True, default=str)
 
 
@@ -464,7 +468,7 @@ def grid(profile: str) -> list[RunSpec]:
     for file in files:
         for spec in plan_run(file.name.split(".")[0], file):
             key = (spec.notebook.stem, spec.name)
-            identity = (spec.notebook.stem, params_key(spec.params))
+            identity = (spec.notebook.stem, params_key(spec.params, notebook=spec.notebook.stem))
             if identity in same:
                 continue  # the same run, listed by another file too
             if key in seen:

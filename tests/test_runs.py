@@ -87,6 +87,12 @@ def test_run_names_hold_only_the_parameters_that_apply_to_the_run(tmp_path):
     assert runs.applies("05_unlearn", "frp_veto", {"method": "frp", "frp_variant": "released"})
     assert not runs.applies("05_unlearn", "frp_veto", {"method": "frp", "frp_variant": "eq6"})
     assert runs.applies("06_attacks", "lr", {})
+    # the same run whatever an inapplicable parameter says; not so for an applicable one
+    frp = {"method": "frp", "frp_variant": "released", "sparsity": 0.03, "lr": 1e-5}
+    key = runs.params_key(frp, notebook="05_unlearn")
+    assert key == runs.params_key({**frp, "lr": 5e-5}, notebook="05_unlearn")
+    assert key != runs.params_key({**frp, "sparsity": 0.01}, notebook="05_unlearn")
+    assert runs.params_key(frp) != runs.params_key({**frp, "lr": 5e-5})  # without the notebook: every key
 
 
 def test_applicability_names_declared_parameters_only():
