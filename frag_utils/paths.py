@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 REPO_ROOT = PACKAGE_DIR.parent
@@ -57,3 +58,28 @@ def run_dir(notebook: str, run_name: str) -> Path:
     base = RUNS_DIR / notebook / safe_name(run_name) if run_name else cache_dir() / "scratch" / notebook
     base.mkdir(parents=True, exist_ok=True)
     return base
+
+
+# How a record names a place in the cache: the cache root differs between machines (and between
+# runs with FRAG_CACHE_DIR set), so records store paths under it relative to this token, and
+# paths in the repository relative to the repository (runs.make_portable writes them so;
+# records.read_json expands the token again).
+CACHE_TOKEN = "$FRAG_CACHE_DIR"
+
+
+def portable_text(text: str) -> str:
+    """``text`` with this machine's cache root written as :data:`CACHE_TOKEN` and paths inside the
+    repository made relative to it."""
+    return text.replace(str(cache_dir()), CACHE_TOKEN).replace(f"{REPO_ROOT}/", "")
+
+
+def expand_cached(value: Any) -> Any:
+    """A record's value with :data:`CACHE_TOKEN` replaced by this machine's cache root (in every
+    string of a nested dict or list)."""
+    if isinstance(value, str):
+        return str(cache_dir()) + value[len(CACHE_TOKEN):] if value.startswith(CACHE_TOKEN) else value
+    if isinstance(value, dict):
+        return {k: expand_cached(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_cached(v) for v in value]
+    return value

@@ -160,8 +160,10 @@ def write_json(path: str | Path, results: Any, prov: dict) -> Path:
 
 
 def read_json(path: str | Path) -> dict:
-    """Read a record written by :func:`write_json`; returns the whole payload."""
-    return json.loads(Path(path).read_text())
+    """Read a record written by :func:`write_json`; returns the whole payload, with the paths a
+    record stores under the cache token (:data:`paths.CACHE_TOKEN`) pointing into this machine's
+    cache."""
+    return paths.expand_cached(json.loads(Path(path).read_text()))
 
 
 def write_table(df: Any, stem: str | Path, prov: dict, sort_by: list[str] | None = None,

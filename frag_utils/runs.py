@@ -393,10 +393,29 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL) -> dict:
         else:
             os.environ[RUN_COMMIT_ENV] = previous_commit
     os.replace(tmp, spec.executed)
+    make_portable(spec.out_dir)
     failed_notebook_path(spec, True).unlink(missing_ok=True)  # an earlier failure's, now replaced
     if collector:
         (spec.out_dir / INPUTS_FILE).write_text(inputs + "\n")
     return {"run": f"{spec.notebook.stem}/{spec.name}", "status": "done", "seconds": round(time.time() - start, 1)}
+
+
+PORTABLE_SUFFIXES = (".ipynb", ".json", ".md", ".csv", ".tex")
+
+
+def make_portable(folder: Path) -> list[Path]:
+    """Rewrite a run's files so that no path names the machine: the cache root as
+    :data:`paths.CACHE_TOKEN`, paths in the repository relative to it (papermill's own metadata,
+    the records' checkpoint paths, what cells printed). Returns the files changed."""
+    changed = []
+    for f in sorted(folder.iterdir()):
+        if f.is_file() and f.suffix in PORTABLE_SUFFIXES:
+            text = f.read_text()
+            new = paths.portable_text(text)
+            if new != text:
+                f.write_text(new)
+                changed.append(f)
+    return changed
 
 
 # A collector's inputs when it last ran. A collector is rerun only when they changed, so that
@@ -491,7 +510,7 @@ def made_checkpoints(spec: RunSpec) -> list[Path]:
     results_file = spec.out_dir / RESULTS_FILE
     if spec.notebook.stem not in ("02_target_and_gold", "05_unlearn") or not results_file.is_file():
         return []
-    results = json.loads(results_file.read_text())["results"]
+    results = paths.expand_cached(json.loads(results_file.read_text()))["results"]
     named = list(results.get("checkpoints", {}).values()) if spec.notebook.stem == "02_target_and_gold" \
         else [results.get("unlearned", "")]
     return [Path(c) for c in named if c and os.path.isabs(c)]

@@ -211,7 +211,9 @@ def fake_grid(tmp_path, monkeypatch):
             results.update(method=parameters["method"], unlearned=str(ckpt))
         if nb == "06_attacks":
             run = paths.RUNS_DIR / "05_unlearn" / parameters["unlearned_run"] / runs.RESULTS_FILE
-            unlearned = json.loads(run.read_text())["results"]["unlearned"]
+            from frag_utils import records  # as notebook 06 reads it: cache paths are stored portable
+
+            unlearned = records.read_json(run)["results"]["unlearned"]
             assert (paths.Path(unlearned) / "model.safetensors").is_file(), "06 ran without its checkpoint"
         (out / runs.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": parameters}, "results": results}))
         with open(output_path, "w") as f:
@@ -410,3 +412,30 @@ def test_a_collector_is_rerun_only_when_its_inputs_change(fake_grid, tmp_path):
     record.write_text(json.dumps({**rec, "results": {**rec["results"], "es": 0.5}}))  # a number changed
     runs.run_grid(runs.grid("t"))
     assert fake_grid["calls"] == ["09_figures/t"]  # a record it reads changed: collected again
+
+
+def test_records_name_no_machine_path_and_read_back_into_this_cache(tmp_path, monkeypatch):
+    from frag_utils import records
+
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(cache))
+    run = tmp_path / "run"
+    run.mkdir()
+    ckpt = paths.checkpoint_dir("smol", "unlearned_forget10--x")
+    records.write_json(run / runs.RESULTS_FILE, {"unlearned": str(ckpt), "n": 3,
+                                                 "notebook": str(paths.NOTEBOOKS_DIR / "05_unlearn.ipynb")}, {})
+    (run / "05_unlearn.ipynb").write_text(json.dumps({"metadata": {"papermill": {"output_path": str(run)}},
+                                                      "cells": [{"text": f"saved to {ckpt}"}]}))
+    (run / "weights.bin").write_bytes(str(cache).encode())  # not a text record: left alone
+    changed = runs.make_portable(run)
+    assert sorted(f.name for f in changed) == ["05_unlearn.ipynb", runs.RESULTS_FILE]
+    text = (run / runs.RESULTS_FILE).read_text() + (run / "05_unlearn.ipynb").read_text()
+    assert str(cache) not in text and str(paths.REPO_ROOT) + "/" not in text
+    stored = json.loads((run / runs.RESULTS_FILE).read_text())["results"]
+    assert stored["unlearned"] == "$FRAG_CACHE_DIR/checkpoints/smol/unlearned_forget10--x"
+    assert stored["notebook"] == "notebooks/05_unlearn.ipynb"
+    # another machine (another cache root) reads the record as pointing into its own cache
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "elsewhere"))
+    assert records.read_json(run / runs.RESULTS_FILE)["results"]["unlearned"] == str(
+        tmp_path / "elsewhere" / "checkpoints" / "smol" / "unlearned_forget10--x")
+    assert runs.make_portable(run) == []  # idempotent
