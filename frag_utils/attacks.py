@@ -75,6 +75,7 @@ class AttackConfig:
     lora_alpha: float = 0.0  # LoRA scaling numerator; 0 means 2 * rank
     lora_targets: str = LORA_DEFAULT_TARGETS  # comma-separated module names LoRA adapts
     save_steps: int = 0  # save resumable state every N optimizer steps (0: at each epoch end)
+    device: str = "auto"  # auto | cpu | cuda: where it trains (left out of as_dict)
 
     def __post_init__(self) -> None:
         problems = []
@@ -95,14 +96,14 @@ class AttackConfig:
         self.train_config()  # the shared checks (lr > 0, warmup within the run, ...)
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "device"}
 
     def train_config(self) -> train.TrainConfig:
         return train.TrainConfig(
             epochs=float(self.epochs), lr=self.lr, batch_size=self.batch_size, grad_accum=self.grad_accum,
             weight_decay=self.weight_decay, warmup_epochs=self.warmup_epochs, scheduler=self.scheduler,
             optimizer=OPTIMIZERS[self.optimizer][0], bf16=self.bf16, seed=self.seed, max_len=self.max_len,
-            chat=self.chat, weights=self.weights)
+            chat=self.chat, weights=self.weights, device=self.device)
 
 
 def _qa(records: Sequence[dict]) -> list[dict]:

@@ -190,20 +190,23 @@ def model_key(name_or_path: str) -> dict:
 
 
 def _norms_key(model_id: str, data_source: str, split: str, records: Sequence[dict], modules: Iterable[str],
-               config: CalibConfig) -> dict:
-    # the key holds the text itself (hashed), so changed data never reuses stale norms
+               config: CalibConfig, dtype: torch.dtype = torch.float32) -> dict:
+    # the key holds the text itself (hashed), so changed data never reuses stale norms; a model
+    # run in another dtype than fp32 (bf16 on a GPU) gives other norms and keys them apart
     text = json.dumps([[r["question"], r["answer"]] for r in select_records(records, config)])
     return {"model": model_key(model_id), "data": data_source, "split": split, "modules": sorted(modules),
-            "text_sha256": hashlib.sha256(text.encode()).hexdigest(), **config.as_dict()}
+            "text_sha256": hashlib.sha256(text.encode()).hexdigest(), **config.as_dict(),
+            **({"dtype": str(dtype)} if dtype != torch.float32 else {})}
 
 
 def cached_norms(model_id: str, data_source: str, split: str, records: Sequence[dict], modules: Iterable[str],
-                 config: CalibConfig) -> dict[str, torch.Tensor] | None:
-    """The activation norms :func:`calibrate` cached for these settings, or None; no model needed."""
+                 config: CalibConfig, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor] | None:
+    """The activation norms :func:`calibrate` cached for these settings (the model run in
+    ``dtype``), or None; no model needed."""
     from safetensors.torch import load_file
 
     modules = list(modules)
-    file = _cache_file(_norms_key(model_id, data_source, split, records, modules, config))
+    file = _cache_file(_norms_key(model_id, data_source, split, records, modules, config, dtype))
     if not file.is_file():
         return None
     norms = load_file(str(file))
@@ -220,8 +223,9 @@ def calibrate(model: nn.Module, tokenizer: Any, model_id: str, data_source: str,
     """
     from safetensors.torch import save_file
 
-    key = _norms_key(model_id, data_source, split, records, modules, config)
-    norms = cached_norms(model_id, data_source, split, records, modules, config) if use_cache else None
+    dtype = next(model.parameters()).dtype
+    key = _norms_key(model_id, data_source, split, records, modules, config, dtype)
+    norms = cached_norms(model_id, data_source, split, records, modules, config, dtype) if use_cache else None
     if norms is not None:
         return norms, True
     norms = activation_norms(model, tokenizer, records, modules, config)

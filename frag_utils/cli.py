@@ -84,19 +84,13 @@ def _veto_fraction(text: str) -> float:
 
 
 def _device(text: str) -> str:
-    """argparse type: a torch device this installation can use (cpu, cuda, cuda:1, mps)."""
-    import torch
+    """argparse type: a torch device this installation can use (auto, cpu, cuda, cuda:1, mps)."""
+    from .numerics import NumericsError, resolve_device
 
     try:
-        device = torch.device(text)
-    except RuntimeError:
-        raise argparse.ArgumentTypeError(f"'{text}' is not a device; use cpu, cuda, cuda:N or mps") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise argparse.ArgumentTypeError(f"'{text}': this torch build has no usable CUDA device; use cpu, or "
-                                         "install the CUDA build of torch (README, 'GPU')")
-    if device.type == "mps" and not torch.backends.mps.is_available():
-        raise argparse.ArgumentTypeError(f"'{text}': MPS is not available here; use cpu")
-    return text
+        return resolve_device(text)
+    except NumericsError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _positive_int(text: str) -> int:
@@ -189,7 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--utility-limit", type=int, default=None, help="first N records of each utility set")
     ev.add_argument("--batch-size", type=int, default=16)
     ev.add_argument("--max-new-tokens", type=int, default=64, help="greedy answer length for ROUGE")
-    ev.add_argument("--device", default="cpu", type=_device)
+    ev.add_argument("--device", default="auto", type=_device, help="auto (a GPU when visible) | cpu | cuda | cuda:N")
     ev.add_argument("--bf16", action="store_true", help="bf16 autocast (faster, argmax may differ slightly)")
     ev.add_argument("--per-example", action="store_true", help="include per-example values")
     ev.add_argument("--json", action="store_true", help="print JSON only (the default output is JSON too)")
@@ -209,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--seed", type=int, default=0, help="for --selection sample")
     sc.add_argument("--chat", action="store_true", help="chat template instead of plain Question/Answer text")
     sc.add_argument("--statistic", default="seq_norm", choices=["seq_norm", "wanda"])
-    sc.add_argument("--device", default="cpu", type=_device)
+    sc.add_argument("--device", default="auto", type=_device, help="auto (a GPU when visible) | cpu | cuda | cuda:N")
     sc.add_argument("--per-layer", action="store_true", help="include every layer's share")
     sc.add_argument("--json", action="store_true", help="print JSON (the default output is JSON too)")
     sc.set_defaults(func=_score)
@@ -246,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--seed", type=int, default=0, help="for --selection sample")
     pr.add_argument("--chat", action="store_true", help="chat template instead of plain Question/Answer text")
     pr.add_argument("--batch-size", type=_positive_int, default=8)
-    pr.add_argument("--device", default="cpu", type=_device)
+    pr.add_argument("--device", default="auto", type=_device, help="auto (a GPU when visible) | cpu | cuda | cuda:N")
     pr.add_argument("--no-cache", action="store_true", help="recompute FRP calibration norms")
     pr.add_argument("--out", required=True, help="checkpoint directory to write (replaced whole)")
     pr.set_defaults(func=_prune)

@@ -430,8 +430,11 @@ def _projection_modules(ckpt: SafetensorsCheckpoint, scope: str) -> list[str]:
 
 def score_pair(original: str, unlearned: str, data_source: str = "synthetic", forget_split: str = "forget10",
                retain_split: str | None = None, gamma: float = 1.0, scope: str = "all",
-               calib: Any = None, device: str = "cpu") -> dict:
+               calib: Any = None, device: str = "cpu", dtype: Any = None) -> dict:
     """FRAG, A_f, A_r and both L2 distances of ``unlearned`` against ``original``, with timings.
+
+    The original runs for calibration on ``device`` in ``dtype`` (default fp32; bf16 on a GPU as
+    the authors run it); the comparison of weights is always in fp32.
 
     Calibration runs the original model on forget and retain text; the unlearned checkpoint is
     only streamed from disk. When both calibrations are cached and the original is a checkpoint
@@ -439,8 +442,11 @@ def score_pair(original: str, unlearned: str, data_source: str = "synthetic", fo
     """
     import time
 
+    import torch
+
     from . import calibration, data, models
 
+    dtype = dtype or torch.float32
     timings = {}
     calib = calib or calibration.CalibConfig()
     retain_split = retain_split or data.matching_retain(forget_split)
@@ -454,12 +460,12 @@ def score_pair(original: str, unlearned: str, data_source: str = "synthetic", fo
     if streamed is not None:
         names = _projection_modules(streamed, scope)
         for role, split in splits.items():
-            norms[role] = calibration.cached_norms(original, data_source, split, records[role], names, calib)
+            norms[role] = calibration.cached_norms(original, data_source, split, records[role], names, calib, dtype)
         if any(v is None for v in norms.values()):
             streamed, norms = None, {}
     model = None
     if streamed is None:
-        model, tokenizer = models.load_model(original, device=device)
+        model, tokenizer = models.load_model(original, device=device, dtype=dtype)
     cfg_a, cfg_b = (streamed.config() or {}) if model is None else model.config.to_dict(), ckpt.config() or {}
     for key in ("model_type", "hidden_size", "num_hidden_layers", "intermediate_size", "vocab_size"):
         if key in cfg_a and key in cfg_b and cfg_a[key] != cfg_b[key]:
@@ -478,8 +484,13 @@ def score_pair(original: str, unlearned: str, data_source: str = "synthetic", fo
     timings["calibration_seconds"] = time.perf_counter() - t
     timings["original_streamed"] = model is None
     t = time.perf_counter()
-    result = compute_frag(streamed if model is None else state_dict_of(model), ckpt, norms["forget"], norms["retain"],
-                          gamma)
+    if model is None:
+        weights0 = streamed
+    elif dtype != torch.float32 and _streamable(original, scope) is not None:
+        weights0 = _streamable(original, scope)  # the stored weights, not the copy calibration ran in
+    else:
+        weights0 = state_dict_of(model)
+    result = compute_frag(weights0, ckpt, norms["forget"], norms["retain"], gamma)
     timings["comparison_seconds"] = time.perf_counter() - t
     return {"original": original, "unlearned": unlearned, **result.summary(), "per_type": result.per_type,
             "per_layer": [{k: v for k, v in row.items() if k in ("module", "a_f_share", "a_r_share", "sq_diff")}

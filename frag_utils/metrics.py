@@ -377,7 +377,7 @@ def es_on_source(model: Any, tokenizer: Any, data_source: str, forget_split: str
 
 def evaluate_model_cached(model_id: str, data_source: str, forget_split: str, limit: int | None = None,
                           max_new_tokens: int = 64, batch_size: int = 16, device: str = "cpu",
-                          cache_folder: str | None = None) -> dict:
+                          cache_folder: str | None = None, dtype: torch.dtype = torch.float32) -> dict:
     """:func:`evaluate_on_source` of a saved model, cached on disk (in ``cache_folder``, default
     ``<cache>/evaluations``).
 
@@ -392,12 +392,13 @@ def evaluate_model_cached(model_id: str, data_source: str, forget_split: str, li
     key = {"model": calibration.model_key(model_id), "data_source": data_source,
            **({"prompt_template": prompts.template_name()} if prompts.template_name() != "model" else {}),
            "data": {s: data.load_split(data_source, s, limit) for s in sets},
-           "max_new_tokens": max_new_tokens, "batch_size": batch_size, "device": device}
+           "max_new_tokens": max_new_tokens, "batch_size": batch_size, "device": device,
+           **({"dtype": str(dtype)} if dtype != torch.float32 else {})}
     digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]
     file = Path(cache_folder or paths.cache_dir() / "evaluations") / f"{digest}.json"
     if file.is_file():
         return {**json.loads(file.read_text()), "cached": True}
-    model, tokenizer = models.load_model(model_id, device=device)
+    model, tokenizer = models.load_model(model_id, device=device, dtype=dtype)
     res = evaluate_on_source(model, tokenizer, data_source, forget_split, limit, max_new_tokens, batch_size)
     records.atomic_write_text(file, json.dumps(res, default=str))
     return {**res, "cached": False}

@@ -79,6 +79,59 @@ def check_autocast(bf16: bool, device: str) -> None:
             "with FRAG_DETERMINISTIC=0 for CPU-dependent numbers.")
 
 
+DTYPES = ("auto", "fp32", "bf16")  # what models are loaded as for evaluation, calibration and scoring
+
+
+def resolve_device(device: str) -> str:
+    """The torch device a run uses: ``auto`` is ``cuda`` when a CUDA device is usable, else ``cpu``.
+
+    Raises:
+        NumericsError: not a device name, or a device this installation cannot use (``cuda`` on a
+            machine or torch build without CUDA), with what to do instead.
+    """
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        kind = torch.device(device).type
+    except (RuntimeError, TypeError):
+        raise NumericsError(f"{device!r} is not a device; use auto, cpu, cuda, cuda:N or mps.") from None
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise NumericsError(f"device {device!r}: this machine or torch build has no usable CUDA device "
+                            f"(torch {torch.__version__}); use cpu or auto, or install torch's CUDA build on a "
+                            "GPU machine (README, 'GPUs').")
+    if kind == "cuda" and ":" in device and int(device.split(":")[1]) >= torch.cuda.device_count():
+        raise NumericsError(f"device {device!r}: only {torch.cuda.device_count()} CUDA device(s) are visible.")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise NumericsError(f"device {device!r}: MPS is not available here; use cpu.")
+    if kind not in ("cpu", "cuda", "mps"):
+        raise NumericsError(f"device {device!r}: use auto, cpu, cuda, cuda:N or mps.")
+    return device
+
+
+def resolve_dtype(dtype: str, device: str):
+    """The torch dtype models are loaded in for evaluation, calibration and scoring: ``auto`` is
+    bf16 on a GPU and fp32 on the CPU (deterministic mode computes in fp32).
+
+    Raises:
+        NumericsError: an unknown name, or bf16 on the CPU in deterministic mode (its kernels
+            depend on the CPU).
+    """
+    import torch
+
+    if dtype not in DTYPES:
+        raise NumericsError(f"dtype must be one of {DTYPES}, got {dtype!r}.")
+    on_cpu = str(device).startswith("cpu")
+    if dtype == "auto":
+        dtype = "fp32" if on_cpu else "bf16"
+    if dtype == "bf16" and on_cpu and deterministic_requested():
+        raise NumericsError("dtype bf16 on the CPU computes with kernels chosen by the CPU's features, so its "
+                            "results differ from machine to machine; deterministic mode (the default) uses fp32: "
+                            "set dtype to auto or fp32, or opt out with FRAG_DETERMINISTIC=0.")
+    return torch.bfloat16 if dtype == "bf16" else torch.float32
+
+
 def check_weights(weights: str) -> str:
     """``weights`` if it is a known storage precision, else a :class:`NumericsError` saying which are."""
     if weights not in WEIGHTS:

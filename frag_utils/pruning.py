@@ -541,8 +541,12 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
                            f"'{retain_split}'; e.g. forget10 with retain90).")
     forget = data.load_split(data_source, forget_split)
     retain = data.load_split(data_source, retain_split)
-    model, tokenizer = models.load_model(model_id, device=device)
-    rounded = round_to_bf16_(model.parameters()) if weights == "bf16" else 0
+    # bf16 storage: on a GPU loaded in bf16 and calibrated in it, as the authors prune (--dtype bf16);
+    # on the CPU rounded to bf16 and calibrated in fp32 (deterministic mode)
+    on_gpu = not str(device).startswith("cpu")
+    load_dtype = torch.bfloat16 if weights == "bf16" and on_gpu else torch.float32
+    model, tokenizer = models.load_model(model_id, device=device, dtype=load_dtype)
+    rounded = round_to_bf16_(model.parameters()) if weights == "bf16" and not on_gpu else 0
     settings = {"method": method, "variant": variant, "sparsity": sparsity, "weights": weights}
     if method == "frp":
         modules = calibration.select_modules(model, scope)
@@ -585,8 +589,8 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
               "provenance": records.provenance("frag_utils.pruning.prune_checkpoint", params)}
     models.save_checkpoint(model, tokenizer, out, record, weights=weights)
     # measured again on the saved checkpoint against the original, from the weights alone
-    saved, _ = models.load_model(str(out), device=device)
-    original, _ = models.load_model(model_id, device=device)
+    saved, _ = models.load_model(str(out), device=device, dtype=load_dtype)
+    original, _ = models.load_model(model_id, device=device, dtype=load_dtype)
     if weights == "bf16":
         round_to_bf16_(original.parameters())
     record["verified_from_weights"] = verify_pruned(original, saved, record)

@@ -131,7 +131,13 @@ def check_parameters(notebook: Path, params: dict) -> dict:
     if unknown:
         raise RunError(f"Unknown parameter(s) {unknown} for {notebook.name}. "
                        f"Declared parameters: {', '.join(sorted(declared))}.")
-    return {k: _check_value(notebook, k, v, declared[k]["type"]) for k, v in params.items()}
+    checked = {k: _check_value(notebook, k, v, declared[k]["type"]) for k, v in params.items()}
+    if checked.get("device", "auto") != "auto":  # before a kernel starts: cuda on a machine without it
+        try:
+            numerics.resolve_device(checked["device"])
+        except numerics.NumericsError as err:
+            raise RunError(f"Parameter 'device' of {notebook.name}: {err}") from None
+    return checked
 
 
 def parse_cli_value(text: str) -> Any:

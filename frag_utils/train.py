@@ -44,8 +44,10 @@ class TrainConfig:
     seed: int = 42
     max_len: int = 256  # tokens per example, longer ones are cut
     chat: bool = True  # the model's chat template around each pair
+    device: str = "auto"  # auto (a GPU when one is visible) | cpu | cuda; where, not what: left out of as_dict
 
     def __post_init__(self) -> None:
+        numerics.resolve_device(self.device)  # a clear error for cuda on a machine without it
         checks = {
             "epochs": self.epochs > 0, "lr": self.lr > 0, "batch_size": self.batch_size >= 1,
             "grad_accum": self.grad_accum >= 1, "weight_decay": self.weight_decay >= 0,
@@ -59,7 +61,8 @@ class TrainConfig:
             raise ValueError(f"Invalid training settings {bad} in {self}")
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The settings that decide the numbers (``device`` says where they are computed)."""
+        return {k: v for k, v in asdict(self).items() if k != "device"}
 
 
 class QADataset(Dataset):
@@ -128,7 +131,8 @@ def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: TrainConf
         weight_decay=config.weight_decay, lr_scheduler_type=config.scheduler,
         warmup_steps=int(round(config.warmup_epochs * n_steps)), optim=config.optimizer,
         max_grad_norm=config.max_grad_norm, bf16=config.bf16, seed=config.seed, data_seed=config.seed,
-        use_cpu=not torch.cuda.is_available(), logging_strategy="steps", logging_steps=max(1, n_steps // 4),
+        use_cpu=numerics.resolve_device(config.device) == "cpu", logging_strategy="steps",
+        logging_steps=max(1, n_steps // 4),
         save_strategy="steps" if save_steps > 0 else "epoch", save_steps=save_steps if save_steps > 0 else 500,
         optim_args=optim_args, save_total_limit=1, report_to="none", disable_tqdm=not progress_enabled(),
         log_level="info" if progress_enabled() else "error", remove_unused_columns=False,
@@ -232,7 +236,9 @@ def train_or_reuse(base_model: str, records: Sequence[dict], config: TrainConfig
     """
     out_dir = Path(out_dir)
     want = {"base_model": base_model, "train": config.as_dict(), "n_examples": len(records), **spec,
-            **({"save_bf16": True} if save_bf16 else {})}
+            **({"save_bf16": True} if save_bf16 else {}),
+            # a GPU-trained checkpoint is not reused by a CPU run (other kernels, other weights)
+            **({"device": "gpu"} if numerics.resolve_device(config.device) != "cpu" else {})}
     existing = models.load_record(out_dir) if models.is_checkpoint(out_dir) else None
     if existing and existing.get("spec") == want and not retrain:
         return {**existing, "reused": True}

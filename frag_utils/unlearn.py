@@ -88,6 +88,7 @@ class UnlearnConfig:
     rmu_trainable: str = "all"  # all (OpenUnlearning's RMU trainer, TOFU) | down_proj (its WMDP config) | mlp | a regex
     chat: bool = True  # the model's chat template around each pair
     max_len: int = 256  # tokens per example, longer ones are cut
+    device: str = "auto"  # auto | cpu | cuda: where it trains (left out of as_dict)
 
     def __post_init__(self) -> None:
         problems = []
@@ -121,7 +122,7 @@ class UnlearnConfig:
             raise ValueError("Invalid unlearning settings: " + "; ".join(problems))
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if k != "device"}
 
     def train_config(self) -> train.TrainConfig:
         """The ``Trainer`` settings (AdamW, linear schedule with warmup)."""
@@ -129,7 +130,7 @@ class UnlearnConfig:
             epochs=self.epochs, lr=self.lr, batch_size=self.batch_size, grad_accum=self.grad_accum,
             weight_decay=self.weight_decay, warmup_epochs=self.warmup_epochs, scheduler="linear",
             optimizer="adamw_torch", max_grad_norm=self.max_grad_norm, bf16=self.bf16, seed=self.seed,
-            max_len=self.max_len, chat=self.chat, weights=self.weights)
+            max_len=self.max_len, chat=self.chat, weights=self.weights, device=self.device)
 
     def resolved(self, model: nn.Module) -> "UnlearnConfig":
         """This config with RMU's block chosen for ``model`` and checked against its depth.

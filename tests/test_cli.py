@@ -213,3 +213,18 @@ def test_score_and_eval_of_a_truncated_checkpoint_name_the_file(tmp_path, tokeni
     assert "make reproduce SELECT=" in out.stderr
     with pytest.raises(models.ModelLoadError, match=f"{weights}.*truncated or corrupt"):
         models.load_model(str(tmp_path / "unlearned"))
+
+
+def test_device_cuda_without_a_gpu_is_one_clear_line_in_every_command(monkeypatch, capsys, tmp_path):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    commands = (["eval", "--model", "tiny"], ["score", "--original", "tiny", "--unlearned", str(tmp_path)],
+                ["prune", "--model", "tiny", "--method", "frp", "--out", str(tmp_path / "o")],
+                ["run", "05_unlearn", "-p", "device", "cuda"])
+    for command in commands:
+        extra = [] if command[0] == "run" else ["--device", "cuda"]
+        code = _main(*command, *extra)
+        err = capsys.readouterr().err
+        assert code == 2 and "no usable CUDA device" in err and "Traceback" not in err, (command, err)
+        assert sum("error" in line for line in err.splitlines()) == 1, err  # argparse's usage, then one line

@@ -130,3 +130,27 @@ def test_importing_frag_utils_first_puts_a_fresh_process_in_deterministic_mode()
     code = "import torch, frag_utils, json; from frag_utils import numerics; print(json.dumps(numerics.status()))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert '"torch_imported_before_frag_utils": true' in out
+
+
+def test_device_and_dtype_resolve_as_documented(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert numerics.resolve_device("auto") == "cpu" and numerics.resolve_device("cpu") == "cpu"
+    with pytest.raises(numerics.NumericsError, match="no usable CUDA device"):
+        numerics.resolve_device("cuda:0")
+    assert numerics.resolve_dtype("auto", "cpu") == torch.float32
+    assert numerics.resolve_dtype("auto", "cuda") == torch.bfloat16  # a GPU computes in bf16, as the authors
+    assert numerics.resolve_dtype("fp32", "cuda") == torch.float32
+    with pytest.raises(numerics.NumericsError, match="dtype must be one of"):
+        numerics.resolve_dtype("fp16", "cpu")
+    monkeypatch.delenv(numerics.OPT_OUT, raising=False)
+    with pytest.raises(numerics.NumericsError, match="deterministic mode"):
+        numerics.resolve_dtype("bf16", "cpu")
+    monkeypatch.setenv(numerics.OPT_OUT, "0")  # opted out: CPU-dependent bf16 is the user's choice
+    assert numerics.resolve_dtype("bf16", "cpu") == torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert numerics.resolve_device("auto") == "cuda"
+    with pytest.raises(numerics.NumericsError, match="only 1 CUDA device"):
+        numerics.resolve_device("cuda:1")

@@ -439,3 +439,44 @@ def test_records_name_no_machine_path_and_read_back_into_this_cache(tmp_path, mo
     assert records.read_json(run / runs.RESULTS_FILE)["results"]["unlearned"] == str(
         tmp_path / "elsewhere" / "checkpoints" / "smol" / "unlearned_forget10--x")
     assert runs.make_portable(run) == []  # idempotent
+
+
+MODEL_NOTEBOOKS = ("02_target_and_gold", "03_calibration", "04_frag", "05_unlearn", "06_attacks", "07_ablations")
+
+
+def test_every_notebook_that_loads_a_model_takes_device_and_dtype_and_passes_them_on():
+    import re
+
+    for stem in MODEL_NOTEBOOKS:
+        nb_file = runs.resolve_notebook(stem)
+        declared = runs.declared_parameters(nb_file)
+        assert declared["device"] == {"type": "str", "default": "auto"}, stem
+        assert declared["dtype"] == {"type": "str", "default": "auto"}, stem
+        code = "\n".join("".join(c["source"]) for c in json.loads(nb_file.read_text())["cells"]
+                         if c["cell_type"] == "code" and "parameters" not in c["metadata"].get("tags", []))
+        assert "numerics.resolve_device(device)" in code and "numerics.resolve_dtype(dtype, dev)" in code, stem
+        # every model the notebook loads goes to the run's device
+        loads = re.findall(r"models\.load_model\(([^()]*(?:\([^()]*\))?[^()]*)\)", code)
+        assert loads, stem
+        assert all("device=dev" in call for call in loads), (stem, loads)
+        # and every package call that builds, evaluates or scores a model on its own gets it too
+        for call in ("evaluate_model_cached", "score_pair", "prune_checkpoint", "UnlearnConfig", "AttackConfig",
+                     "TrainConfig"):
+            for m in re.finditer(call + r"\(", code):
+                depth, i = 1, m.end()
+                while depth:
+                    depth += {"(": 1, ")": -1}.get(code[i], 0)
+                    i += 1
+                assert "device=dev" in code[m.end():i], (stem, call)
+
+
+def test_a_device_this_machine_lacks_is_refused_before_the_kernel_starts(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    nb = runs.resolve_notebook("05_unlearn")
+    with pytest.raises(RunError, match="'device'.*no usable CUDA device.*use cpu or auto"):
+        runs.check_parameters(nb, {"device": "cuda"})
+    with pytest.raises(RunError, match="not a device"):
+        runs.check_parameters(nb, {"device": "gpu0"})
+    assert runs.check_parameters(nb, {"device": "cpu"}) == {"device": "cpu"}
