@@ -1,5 +1,5 @@
-"""Command line: ``frag eval``, ``frag score``, ``frag prune``, ``frag run``, ``frag reproduce``
-(also ``python -m frag_utils ...``)."""
+"""Command line: ``frag eval``, ``frag score``, ``frag prune``, ``frag run``, ``frag reproduce``,
+``frag verify``, ``frag dry-run`` (also ``python -m frag_utils ...``)."""
 from __future__ import annotations
 
 import argparse
@@ -171,6 +171,18 @@ def _verify(args: argparse.Namespace) -> list[dict]:
     return report
 
 
+def _dry_run(args: argparse.Namespace) -> list[dict]:
+    import tempfile
+
+    from . import dryrun
+
+    root = args.workdir or tempfile.mkdtemp(prefix="frag_dry_run_")
+    log = dryrun.dry_run(root, args.device)
+    print(f"paper dry run: {len(log)} runs ({sum(e['status'] == 'done' for e in log)} made) on {args.device}; "
+          f"records in {root}/papermill_runs, figures in {root}/figures/paper", flush=True)
+    return log
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="frag", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -250,6 +262,13 @@ def build_parser() -> argparse.ArgumentParser:
     ve.add_argument("run", help="<notebook>/<run folder>, e.g. 02_target_and_gold/tiny")
     ve.add_argument("--workdir", default=None, help="keep the clone and its cache here (default: a temporary folder)")
     ve.set_defaults(func=_verify)
+
+    dry = sub.add_parser("dry-run", help="every notebook of the paper profile, with its parameter files, on a "
+                                         "small random Llama and local TOFU-format data (no hub, no GPU needed)")
+    dry.add_argument("--workdir", default=None, help="records, figures and checkpoints go here (default: a "
+                                                   "temporary folder); rerunning in it resumes")
+    dry.add_argument("--device", default="auto", type=_device, help="auto (a GPU when visible) | cpu | cuda")
+    dry.set_defaults(func=_dry_run)
 
     run = sub.add_parser("run", help="run one notebook through papermill, parameters checked")
     run.add_argument("notebook", help="e.g. 02_target_and_gold")

@@ -15,9 +15,12 @@ REPO_ROOT = PACKAGE_DIR.parent
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 DATA_DIR = REPO_ROOT / "data"
 SYNTHETIC_DIR = DATA_DIR / "synthetic"
-FIGURES_DIR = REPO_ROOT / "figures"
-RUNS_DIR = REPO_ROOT / "papermill_runs"
-PARAMS_DIR = RUNS_DIR / "params"
+# Where run records and figures are written: the repository's folders, or others named by
+# FRAG_RUNS_DIR / FRAG_FIGURES_DIR (the paper dry run writes its records outside the repository;
+# the kernels it starts inherit the variables). Parameter files are always the repository's.
+FIGURES_DIR = Path(os.environ.get("FRAG_FIGURES_DIR") or REPO_ROOT / "figures")
+RUNS_DIR = Path(os.environ.get("FRAG_RUNS_DIR") or REPO_ROOT / "papermill_runs")
+PARAMS_DIR = REPO_ROOT / "papermill_runs" / "params"
 BENCH_RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
 _SAFE = re.compile(r"[^A-Za-z0-9._=+-]+")

@@ -123,7 +123,15 @@ def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: TrainConf
     """
     from transformers import Trainer, TrainingArguments
 
-    numerics.check_autocast(config.bf16, "cuda" if torch.cuda.is_available() else "cpu")
+    device = numerics.resolve_device(config.device)
+    numerics.check_autocast(config.bf16, device)
+    if device != "cpu" and torch.cuda.device_count() > 1:
+        # Trainer would wrap the model in nn.DataParallel: warmup counted for one device, RMU's
+        # activation hook shared by the replicas, reference models not replicated. Refused.
+        raise ValueError(f"{torch.cuda.device_count()} GPUs are visible, and training on several is not supported "
+                         "yet (Trainer would fall back to nn.DataParallel, which changes the schedule and RMU's "
+                         "loss). Make one visible, e.g. CUDA_VISIBLE_DEVICES=0, and run other selections of the "
+                         "grid on the other GPUs (README, 'GPUs').")
     n_steps = steps_per_epoch(len(dataset), config)
     args = TrainingArguments(
         output_dir=str(work_dir), num_train_epochs=config.epochs, learning_rate=config.lr,
@@ -131,7 +139,7 @@ def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: TrainConf
         weight_decay=config.weight_decay, lr_scheduler_type=config.scheduler,
         warmup_steps=int(round(config.warmup_epochs * n_steps)), optim=config.optimizer,
         max_grad_norm=config.max_grad_norm, bf16=config.bf16, seed=config.seed, data_seed=config.seed,
-        use_cpu=numerics.resolve_device(config.device) == "cpu", logging_strategy="steps",
+        use_cpu=device == "cpu", logging_strategy="steps",
         logging_steps=max(1, n_steps // 4),
         save_strategy="steps" if save_steps > 0 else "epoch", save_steps=save_steps if save_steps > 0 else 500,
         optim_args=optim_args, save_total_limit=1, report_to="none", disable_tqdm=not progress_enabled(),

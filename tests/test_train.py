@@ -73,3 +73,17 @@ def test_bad_training_settings():
         train.TrainConfig(epochs=1, warmup_epochs=2)
     with pytest.raises(ValueError, match="empty"):
         train.QADataset(None, [])
+
+
+def test_training_on_several_visible_gpus_is_refused_not_wrapped_in_dataparallel(tokenizer, qa_records, tmp_path,
+                                                                                 monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    model = models.build_tiny_model(len(tokenizer), seed=0)
+    dataset = train.QADataset(tokenizer, qa_records[:4], max_len=64)
+    with pytest.raises(ValueError, match="2 GPUs are visible.*CUDA_VISIBLE_DEVICES=0"):
+        train.make_trainer(model, tokenizer, dataset, CFG, tmp_path / "work")
+    # the device is where a run computes, not what: the recorded settings do not name it
+    assert "device" not in train.TrainConfig(device="cpu").as_dict()
+    with pytest.raises(Exception, match="not a device"):
+        train.TrainConfig(device="gpu0")

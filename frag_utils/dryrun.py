@@ -1,0 +1,133 @@
+"""The paper profile's dry run: every notebook of the paper profile, run by the runner with the
+paper's own parameter files, on stand-ins for what a machine without the hub lacks.
+
+Only three things are replaced, so that everything a GPU user runs is executed:
+
+- **models**: each hub model the files name (Llama-3.2-1B-Instruct, OpenUnlearning's TOFU target
+  and retain90 model) becomes a small random Llama saved in a local folder in hub layout
+  (``config.json``, ``model.safetensors``, tokenizer files), one seed per model;
+- **data**: ``locuslab/TOFU`` becomes a local folder of ``<config>.json`` files under TOFU's own
+  config names (the embedded synthetic authors);
+- **sizes**: records, tokens, calibration sequences, epochs and accumulation (:data:`SIZES`).
+
+On the CPU, bf16 autocast (the files' ``bf16: true``) is turned off, as deterministic mode
+requires; bf16 weight storage stays. On a GPU (``device='cuda'``) the files' precision is kept.
+Records and figures go to a work folder (``FRAG_RUNS_DIR``, ``FRAG_FIGURES_DIR``), never into the
+repository; the run names are the paper grid's own.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from . import paths, runs
+
+PROFILE = "paper"
+HUB_MODELS = {  # hub id -> seed of its stand-in
+    "meta-llama/Llama-3.2-1B-Instruct": 1,
+    "open-unlearning/tofu_Llama-3.2-1B-Instruct_full": 2,
+    "open-unlearning/tofu_Llama-3.2-1B-Instruct_retain90": 3,
+}
+HUB_DATA = "locuslab/TOFU"
+# What the dry run makes small, for every notebook that has the parameter (type as declared).
+SIZES = {"train_limit": 16, "eval_limit": 3, "max_new_tokens": 6, "eval_batch_size": 4, "n_calib": 6,
+         "frag_n_calib": 6, "prune_n_calib": 6, "max_len": 48, "epochs": 1, "grad_accum": 1, "batch_size": 4,
+         "ig_steps": 1, "lmc_stride": 0.5}
+# Attacks run (each kind of attack data is one code path; the model attacked changes no code):
+# the three attacks on the gold model, and forget+retain on one unlearned model.
+ATTACKED = {"paper__method=gold": ("retain", "forget", "forget_retain"), "paper__method=npo": ("forget_retain",)}
+
+
+def standin_model(vocab_size: int, seed: int):
+    """A random Llama as narrow as the embedded ``tiny`` model but as deep as Llama-3.2-1B (16
+    blocks), so that the paper's layer settings (RMU's block 7) hold as written."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from .models import TINY_CONFIG
+
+    config = LlamaConfig(vocab_size=vocab_size, **{**TINY_CONFIG, "num_hidden_layers": 16})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(config)
+
+
+def hub_standins(root: Path) -> dict[str, str]:
+    """Write the stand-ins under ``root`` (once) and return ``{hub id: local folder}``."""
+    from . import models
+
+    out = {}
+    tokenizer = models.load_tokenizer(models.SMOLLM2)
+    for hub_id, seed in HUB_MODELS.items():
+        folder = root / "hub" / hub_id
+        if not models.is_checkpoint(folder):
+            models.save_checkpoint(standin_model(len(tokenizer), seed), tokenizer, folder)
+        out[hub_id] = str(folder)
+    data = root / "hub" / HUB_DATA
+    if not data.is_dir():
+        data.mkdir(parents=True)
+        for f in sorted(paths.SYNTHETIC_DIR.glob("*.json")):
+            shutil.copy(f, data / f.name)
+    out[HUB_DATA] = str(data)
+    return out
+
+
+def plan(root: Path, device: str = "cpu") -> list[runs.RunSpec]:
+    """The paper grid's runs (names unchanged) with models, data and sizes replaced."""
+    local = hub_standins(root)
+    chosen = []
+    for spec in runs.grid(PROFILE):
+        p = spec.params
+        if spec.notebook.stem == "06_attacks" and p["attack_data"] not in ATTACKED.get(p["unlearned_run"], ()):
+            continue
+        declared = runs.declared_parameters(spec.notebook)
+        new = {k: local.get(v, v) if isinstance(v, str) else v for k, v in p.items()}
+        for k, v in SIZES.items():
+            if k in declared:
+                new[k] = float(v) if declared[k]["type"] == "float" else v
+        if "warmup_epochs" in new:
+            new["warmup_epochs"] = min(new["warmup_epochs"], new.get("epochs", 1))
+        if "device" in declared:
+            new["device"] = device
+        if device == "cpu" and new.get("bf16"):
+            new["bf16"] = False  # deterministic mode computes in fp32 on the CPU
+        spec.params = runs.check_parameters(spec.notebook, new)
+        chosen.append(spec)
+    return chosen
+
+
+def dry_run(root: str | os.PathLike, device: str = "cpu") -> list[dict]:
+    """Run the dry run in ``root``: records in ``root/papermill_runs``, figures in ``root/figures``,
+    checkpoints in ``root/cache`` (which shares the embedded model's converted copy).
+
+    Returns:
+        The runner's log (one entry per run).
+    Raises:
+        RunError: a run failed (the runner names the cell and keeps the partial notebook).
+    """
+    root = Path(root).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    saved = {k: os.environ.get(k) for k in ("FRAG_RUNS_DIR", "FRAG_FIGURES_DIR", "FRAG_CACHE_DIR")}
+    old_dirs = paths.RUNS_DIR, paths.FIGURES_DIR
+    # its checkpoints in a cache of its own (a stand-in is not the paper's model), sharing only the
+    # embedded model's converted copy
+    models_dir = paths.cache_dir() / "models"
+    cache = root / "cache"
+    cache.mkdir(exist_ok=True)
+    if not (cache / "models").exists():
+        (cache / "models").symlink_to(models_dir, target_is_directory=True)
+    os.environ["FRAG_CACHE_DIR"] = str(cache)
+    os.environ["FRAG_RUNS_DIR"] = str(root / "papermill_runs")  # for the kernels
+    os.environ["FRAG_FIGURES_DIR"] = str(root / "figures")
+    paths.RUNS_DIR, paths.FIGURES_DIR = root / "papermill_runs", root / "figures"  # for this process
+    try:
+        specs = plan(root, device)
+        return runs.run_grid(specs, universe=specs)
+    finally:
+        paths.RUNS_DIR, paths.FIGURES_DIR = old_dirs
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
