@@ -129,6 +129,35 @@ def provenance(source: str, params: dict | None = None, seed: int | None = None)
             "written_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
+def derived_provenance(source: str, params: dict | None = None) -> dict:
+    """Provenance for an artifact derived from run records (notebook 09's tables and figures):
+    only what determines it. Add ``source_runs`` (``["<notebook>/<run>", ...]``); when written,
+    each becomes the sha256 of its ``results.json`` and the commits those records were made at
+    are listed. No machine, time or checkout: regenerating from unchanged records at the same
+    code rewrites the same bytes (the collector's own run record keeps the machine details)."""
+    return {"source": source, "params": params or {}, "derived": True}
+
+
+def _finish_derived(prov: dict) -> dict:
+    import hashlib
+
+    if not prov.get("derived"):
+        return prov
+    runs_ = prov.get("source_runs")
+    if not isinstance(runs_, list):
+        return prov
+    hashes, commits = {}, set()
+    for run in runs_:
+        file = paths.RUNS_DIR / run / "results.json"
+        if file.is_file():
+            data = file.read_bytes()
+            hashes[run] = hashlib.sha256(data).hexdigest()
+            commits.add(json.loads(data)["provenance"].get("git", {}).get("commit") or "unknown")
+        else:
+            hashes[run] = None
+    return {**prov, "source_runs": hashes, "record_commits": sorted(commits)}
+
+
 def _to_jsonable(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {str(k): _to_jsonable(v) for k, v in obj.items()}
@@ -155,7 +184,7 @@ def atomic_write_text(path: str | Path, text: str) -> Path:
 
 def write_json(path: str | Path, results: Any, prov: dict) -> Path:
     """Write ``{"provenance": prov, "results": results}`` as JSON, atomically."""
-    payload = {"provenance": prov, "results": _to_jsonable(results)}
+    payload = {"provenance": _finish_derived(prov), "results": _to_jsonable(results)}
     return atomic_write_text(path, json.dumps(payload, indent=1, sort_keys=True, allow_nan=True) + "\n")
 
 

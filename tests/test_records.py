@@ -112,3 +112,28 @@ def test_importing_records_does_not_load_transformers():
     code = "import sys; from frag_utils import records; print('transformers' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_derived_provenance_holds_record_hashes_and_commits_not_the_machine(tmp_path, monkeypatch):
+    import hashlib
+
+    from frag_utils import paths
+
+    monkeypatch.setattr(paths, "RUNS_DIR", tmp_path / "runs")
+    rec = tmp_path / "runs" / "05_unlearn" / "r1" / "results.json"
+    records.write_json(rec, {"x": 1}, records.provenance("05_unlearn", {"a": 1}))
+    prov = {**records.derived_provenance("09_figures", {"profile": "p"}),
+            "source_runs": ["05_unlearn/r1", "05_unlearn/gone"]}
+    table = pd.DataFrame({"a": [1.0]})
+    records.write_table(table, tmp_path / "figs" / "t", prov)
+    first = (tmp_path / "figs" / "t.provenance.json").read_text()
+    written = json.loads(first)["provenance"]
+    assert written["source_runs"] == {"05_unlearn/r1": hashlib.sha256(rec.read_bytes()).hexdigest(),
+                                      "05_unlearn/gone": None}
+    assert written["record_commits"] == [json.loads(rec.read_text())["provenance"]["git"]["commit"] or "unknown"]
+    assert not {"environment", "written_at", "git"} & set(written)
+    records.write_table(table, tmp_path / "figs" / "t", prov)  # regenerated: the same bytes
+    assert (tmp_path / "figs" / "t.provenance.json").read_text() == first
+    records.write_json(rec, {"x": 2}, records.provenance("05_unlearn", {"a": 1}))  # a changed record shows
+    records.write_table(table, tmp_path / "figs" / "t", prov)
+    assert (tmp_path / "figs" / "t.provenance.json").read_text() != first
