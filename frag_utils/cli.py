@@ -126,6 +126,13 @@ def _run(args: argparse.Namespace) -> list[dict]:
 
     overrides = {name: runs.parse_cli_value(value) for name, value in args.param}
     specs = runs.plan_run(args.notebook, args.file, overrides)
+    if args.select:  # some runs of a file: those whose name holds every --select
+        planned = specs
+        specs = [s for s in planned if all(sel in f"{s.notebook.stem}/{s.name}" for sel in args.select)]
+        if not specs:
+            shown = "; ".join(s.name for s in planned[:5]) + (" ..." if len(planned) > 5 else "")
+            raise runs.RunError(f"--select {' and '.join(map(repr, args.select))} matches none of the {len(planned)} "
+                                f"run(s) planned ({shown}).")
     universe = runs.dependency_grid(specs)  # upstream runs are remade as `frag reproduce` remakes them
     log: list[dict] = []
     try:
@@ -274,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("notebook", help="e.g. 02_target_and_gold")
     run.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
     run.add_argument("-f", "--file", help="YAML parameter file (a path, or relative to papermill_runs/params)")
+    run.add_argument("--select", action="append", default=[], metavar="TEXT",
+                     help="only the runs whose '<notebook>/<run>' name holds TEXT (repeat: every one)")
     run.add_argument("--force", action="store_true", help="rerun even if a complete record exists")
     run.set_defaults(func=_run)
 

@@ -148,6 +148,14 @@ def test_run_of_one_notebook_remakes_the_checkpoints_it_reads_as_reproduce_does(
     fake_grid["calls"].clear()
     assert _main("run", "06_attacks", "-f", "t/06_attacks.yaml", "-p", "lr", "1e-4") == 0
     assert fake_grid["calls"] == [] and "runs: 0 done, 2 skipped (complete), 0 failed" in capsys.readouterr().out
+    # one run of the file: --select keeps the runs whose name holds every text given
+    assert _main("run", "06_attacks", "-f", "t/06_attacks.yaml", "-p", "lr", "2e-4", "--select", "lr=0.0002",
+                 "--select", "method=gold") == 0
+    assert fake_grid["calls"] == ["06_attacks/t__lr=0.0002__unlearned_run=t__method=gold"]
+    capsys.readouterr()
+    assert _main("run", "06_attacks", "-f", "t/06_attacks.yaml", "--select", "method=nope") == 2
+    err = capsys.readouterr().err
+    assert "--select 'method=nope' matches none of the 2 run(s) planned" in err and "Traceback" not in err
 
 
 def test_run_that_cannot_remake_what_it_reads_stops_with_one_paragraph(fake_grid, tmp_path, capsys):
