@@ -1,0 +1,34 @@
+"""Regenerating the tables and figures from unchanged records changes no file (issue 20): notebook
+09 run twice on the committed smol records writes the same bytes, provenance included."""
+import shutil
+
+from frag_utils import paths, runs
+
+
+def _collect(out: str, params: dict) -> None:
+    import papermill
+
+    papermill.execute_notebook(str(paths.NOTEBOOKS_DIR / "09_figures.ipynb"), out, parameters=params,
+                               kernel_name=runs.KERNEL, cwd=str(paths.NOTEBOOKS_DIR), progress_bar=False,
+                               log_output=False, extra_arguments=["--IPKernelApp.log_level=ERROR"])
+
+
+def test_notebook_09_run_twice_writes_identical_tables_figures_and_provenance(tmp_path, monkeypatch):
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "cache"))  # the smoke run writes to its scratch
+    scratch = tmp_path / "cache" / "scratch" / "09_figures"
+    params = {"profile": "smol", "run_name": "", "n_boot": 50}
+    copies = []
+    for i in range(2):
+        _collect(str(tmp_path / f"09_{i}.ipynb"), params)
+        copies.append(tmp_path / f"out{i}")
+        shutil.copytree(scratch, copies[-1])
+        shutil.rmtree(scratch)
+    # the run's own record (results.json) carries the machine and time; every derived file must not
+    written = sorted(p.name for p in copies[0].iterdir() if p.name != runs.RESULTS_FILE)
+    assert any(n.endswith(".png") for n in written) and any(n.endswith(".provenance.json") for n in written)
+    assert written == sorted(p.name for p in copies[1].iterdir() if p.name != runs.RESULTS_FILE)
+    differ = [n for n in written if (copies[0] / n).read_bytes() != (copies[1] / n).read_bytes()]
+    assert not differ, differ
+    for n in written:
+        text = (copies[0] / n).read_text(errors="ignore") if not n.endswith(".png") else ""
+        assert "written_at" not in text and "cpu_model" not in text and str(paths.REPO_ROOT) not in text, n
