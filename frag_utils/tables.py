@@ -1,0 +1,90 @@
+"""Tables notebook 09 builds from run records, as plain functions of their rows (tested in
+``tests/test_tables.py``): the paper's Table 1 layout of the re-recorded grid.
+
+A row is one attack run: ``model`` (the method and its knobs, the same label on every split),
+``method``, ``weights`` (the unlearned model's storage precision), ``forget_split``,
+``attack_data``, ``es_before``, ``es_after``, ``delta_es``, ``model_utility_before``,
+``model_utility_after``, the attacked ``unlearned_run`` and its predictors (``l2_all``,
+``FRAG_x100``, ``A_f_x100``, ``A_r_x100``), and ``run``.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import pandas as pd
+
+ATTACKS = ("retain", "forget", "forget_retain")
+SPLITS = ("forget01", "forget05", "forget10")
+ROW_COLUMNS = ("model", "method", "weights", "forget_split", "attack_data", "es_before", "es_after", "delta_es",
+               "model_utility_before", "model_utility_after", "unlearned_run", "l2_all", "FRAG_x100", "A_f_x100",
+               "A_r_x100", "run")
+
+
+def attack_rows(attack_records: Sequence[dict], method_by_run: dict[str, dict],
+                label: Callable[[dict], str]) -> pd.DataFrame:
+    """One row per attack record whose notebook-05 run is known (``method_by_run``: run name to
+    record); ``label(record_05)`` names the model."""
+    rows = []
+    for r in attack_records:
+        row = r["results"]["row"]
+        source = method_by_run.get(row["unlearned_run"])
+        if source is None:
+            continue
+        rows.append({"model": label(source), "method": row["method"],
+                     "weights": source["provenance"]["params"].get("weights", "fp32"),
+                     **{k: row[k] for k in ROW_COLUMNS if k in row and k not in ("model", "method", "weights")},
+                     "run": r["run"]})
+    return pd.DataFrame(rows, columns=list(ROW_COLUMNS))
+
+
+def _mean_if_complete(values: pd.Series, n: int) -> float:
+    return float(values.mean()) if values.notna().sum() == n else float("nan")
+
+
+def table1(rows: pd.DataFrame, splits: Sequence[str] = SPLITS, attacks: Sequence[str] = ATTACKS) -> pd.DataFrame:
+    """The paper's Table 1: per precision and model, the forget ES before any attack and after each
+    attack, each averaged over ``splits``, and ΔES averaged over the attacks.
+
+    An average is NaN unless every split (and, for the last column, every attack) is recorded: an
+    average over fewer is not the table's average. ``splits_recorded`` says how many there are.
+    """
+    out = []
+    order = {m: i for i, m in enumerate(dict.fromkeys(rows.model))}
+    for (weights, model), g in rows.groupby(["weights", "model"], sort=False):
+        row: dict[str, Any] = {"weights": weights, "model": model, "method": g.method.iloc[0],
+                               "splits_recorded": int(g.forget_split.nunique())}
+        before = g.drop_duplicates("forget_split").set_index("forget_split").es_before.reindex(list(splits))
+        row["es_before"] = _mean_if_complete(before, len(splits))
+        deltas = []
+        for attack in attacks:
+            hit = g[g.attack_data == attack].set_index("forget_split")
+            if hit.index.duplicated().any():
+                raise ValueError(f"two {attack} attacks of {model} ({weights}) on one split: {list(hit.run)}")
+            hit = hit.reindex(list(splits))
+            row[f"{attack}_es"] = _mean_if_complete(hit.es_after, len(splits))
+            row[f"{attack}_delta_es"] = _mean_if_complete(hit.delta_es, len(splits))
+            row[f"{attack}_mu"] = _mean_if_complete(hit.model_utility_after, len(splits))
+            deltas.append(row[f"{attack}_delta_es"])
+        row["avg_delta_es"] = _mean_if_complete(pd.Series(deltas, dtype=float), len(attacks))
+        row["_order"] = order[model]
+        out.append(row)
+    table = pd.DataFrame(out)
+    if not len(table):
+        return table
+    return table.sort_values(["weights", "_order"], kind="stable").drop(columns="_order").reset_index(drop=True)
+
+
+def table1_per_split(rows: pd.DataFrame, attacks: Sequence[str] = ATTACKS) -> pd.DataFrame:
+    """Table 1 per split: per precision, split and model, the forget ES before and ΔES under each
+    attack (NaN where not recorded), beside the split's own gold model (a row like the others)."""
+    if not len(rows):
+        return pd.DataFrame()
+    order = {m: i for i, m in enumerate(dict.fromkeys(rows.model))}
+    wide = rows.pivot_table(index=["weights", "forget_split", "model"], columns="attack_data", values="delta_es",
+                            aggfunc="first").reindex(columns=list(attacks))
+    wide.columns = [f"{a}_delta_es" for a in wide.columns]
+    before = rows.groupby(["weights", "forget_split", "model"]).es_before.first()
+    table = wide.assign(es_before=before).reset_index()
+    table = table.assign(_order=table.model.map(order)).sort_values(["weights", "forget_split", "_order"])
+    return table[["weights", "forget_split", "model", "es_before", *[f"{a}_delta_es" for a in attacks]]].reset_index(
+        drop=True)

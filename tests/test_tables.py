@@ -1,0 +1,75 @@
+import math
+
+import pandas as pd
+import pytest
+
+from frag_utils import tables
+
+
+def _rows(skip=()):
+    """Two models in bf16, one in fp32, three splits, three attacks; ΔES = a known function."""
+    rows = []
+    for weights, models in (("bf16", ("gold", "npo (lr 5e-05)")), ("fp32", ("npo (lr 5e-05)",))):
+        for m_i, model in enumerate(models):
+            for s_i, split in enumerate(tables.SPLITS):
+                for a_i, attack in enumerate(tables.ATTACKS):
+                    if (weights, model, split, attack) in skip:
+                        continue
+                    before = 0.1 * (s_i + 1) + 0.01 * m_i + (0.3 if weights == "fp32" else 0.0)
+                    delta = 0.05 * (a_i + 1) + 0.01 * s_i
+                    rows.append({"model": model, "method": model.split()[0], "weights": weights, "forget_split": split,
+                                 "attack_data": attack, "es_before": before, "es_after": before + delta,
+                                 "delta_es": delta, "model_utility_before": 0.3,
+                                 "model_utility_after": 0.3 - delta / 10,
+                                 "run": f"06/{weights}-{model}-{split}-{attack}"})
+    return pd.DataFrame(rows)
+
+
+def test_table1_averages_each_attack_over_the_three_splits_per_precision_and_model():
+    t = tables.table1(_rows())
+    assert list(zip(t.weights, t.model)) == [("bf16", "gold"), ("bf16", "npo (lr 5e-05)"), ("fp32", "npo (lr 5e-05)")]
+    npo = t.iloc[1]
+    # slow: the mean over splits of the retain attack's ΔES = 0.05 + 0.01 * s
+    assert npo.retain_delta_es == pytest.approx(sum(0.05 + 0.01 * s for s in range(3)) / 3)
+    assert npo.es_before == pytest.approx(sum(0.1 * (s + 1) + 0.01 for s in range(3)) / 3)
+    attacks = (npo.retain_delta_es, npo.forget_delta_es, npo.forget_retain_delta_es)
+    assert npo.avg_delta_es == pytest.approx(sum(attacks) / 3)
+    assert npo.splits_recorded == 3
+    assert t.iloc[2].es_before == pytest.approx(sum(0.1 * (s + 1) for s in range(3)) / 3 + 0.3)  # its own row
+
+
+def test_table1_leaves_an_average_blank_when_a_split_is_missing_and_says_how_many_splits():
+    t = tables.table1(_rows(skip={("bf16", "gold", "forget01", "forget")}))
+    gold = t.iloc[0]
+    assert math.isnan(gold.forget_delta_es) and math.isnan(gold.avg_delta_es)
+    assert not math.isnan(gold.retain_delta_es)
+    t = tables.table1(_rows(skip={("bf16", "gold", "forget01", a) for a in tables.ATTACKS}))
+    assert t.iloc[0].splits_recorded == 2 and math.isnan(t.iloc[0].es_before)
+
+
+def test_table1_refuses_two_runs_of_one_attack_on_one_split():
+    rows = _rows()
+    with pytest.raises(ValueError, match="two retain attacks of gold"):
+        tables.table1(pd.concat([rows, rows.iloc[:1]]))
+
+
+def test_per_split_table_has_a_row_per_split_and_model_with_each_attack():
+    t = tables.table1_per_split(_rows(skip={("fp32", "npo (lr 5e-05)", "forget10", "retain")}))
+    assert len(t) == 3 * 3
+    row = t[(t.weights == "bf16") & (t.forget_split == "forget05") & (t.model == "gold")].iloc[0]
+    assert row.forget_retain_delta_es == pytest.approx(0.05 * 3 + 0.01)
+    missing = t[(t.weights == "fp32") & (t.forget_split == "forget10")].iloc[0]
+    assert math.isnan(missing.retain_delta_es) and not math.isnan(missing.forget_delta_es)
+
+
+def test_attack_rows_take_the_precision_and_label_from_the_unlearned_run():
+    method_by_run = {"u1": {"provenance": {"params": {"weights": "bf16"}}, "results": {"row": {"method": "npo"}}},
+                     "u0": {"provenance": {"params": {}}, "results": {"row": {"method": "ga"}}}}
+    recs = [{"run": f"06_attacks/a{i}", "results": {"row": {
+        "unlearned_run": u, "method": method_by_run[u]["results"]["row"]["method"], "forget_split": "forget10",
+        "attack_data": "retain", "es_before": 0.5, "es_after": 0.6, "delta_es": 0.1, "model_utility_before": 0.3,
+        "model_utility_after": 0.3}}} for i, u in enumerate(("u1", "u0"))]
+    recs.append({"run": "06_attacks/orphan", "results": {"row": {"unlearned_run": "gone"}}})
+    rows = tables.attack_rows(recs, method_by_run, lambda r: r["results"]["row"]["method"].upper())
+    assert list(rows.weights) == ["bf16", "fp32"] and list(rows.model) == ["NPO", "GA"]
+    assert list(rows.run) == ["06_attacks/a0", "06_attacks/a1"]
