@@ -221,6 +221,9 @@ def applies(notebook: str, key: str, params: dict) -> bool:
     return rule is None or bool(rule(params))
 
 
+_KERNEL_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "open"}  # IPython's own variables
+
+
 def current_params(notebook: str, namespace: dict) -> dict:
     """Inside a notebook: the values of its declared parameters, for the record.
 
@@ -235,6 +238,20 @@ def current_params(notebook: str, namespace: dict) -> dict:
     """
     nb = resolve_notebook(notebook)
     declared = declared_parameters(nb)
+    # papermill injects any -p name as a variable, declared or not: a misspelt one would leave the
+    # declared parameter at its default without a word. Such a name is a lowercase variable of a
+    # literal type that the notebook does not declare (imports, constants and IPython's own names
+    # are not).
+    injected = sorted(k for k, v in namespace.items()
+                      if not k.startswith("_") and k not in declared and k not in _KERNEL_NAMES and not k.isupper()
+                      and isinstance(v, (bool, int, float, str, list, dict, type(None))))
+    if injected:
+        import difflib
+
+        hints = [f"'{k}'" + (f" (did you mean '{m[0]}'?)" if (m := difflib.get_close_matches(k, declared, 1)) else "")
+                 for k in injected]
+        raise RunError(f"{nb.name} does not declare the parameter(s) {', '.join(hints)}, so papermill's value would be "
+                       f"ignored. Declared parameters: {', '.join(sorted(declared))}.")
     # a parameter missing from the namespace was added to the notebook file after this kernel
     # started (the run executes the version it read); it is left out of the record
     values = {k: namespace[k] for k in declared if k in namespace}

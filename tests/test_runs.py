@@ -390,6 +390,14 @@ def test_current_params_checks_the_types_papermill_does_not():
         runs.current_params("04_frag", {**namespace, "n_calib": 16.5})
     with pytest.raises(RunError, match="'n_calib' .* must be int, got bool True"):
         runs.current_params("04_frag", {**namespace, "n_calib": True})
+    # papermill -p gama 0.5: a name the notebook does not declare, which would leave gamma at its default
+    with pytest.raises(RunError, match=r"does not declare the parameter\(s\) 'gama' \(did you mean 'gamma'\?\)"):
+        runs.current_params("04_frag", {**namespace, "gama": 0.5})
+    # what a kernel holds besides the parameters is not taken for one: modules, constants, IPython's names
+    import json as some_module
+
+    quiet = {**namespace, "NOTEBOOK": "04_frag", "json": some_module, "In": [""], "Out": {}, "_i1": "x", "_": None}
+    assert runs.current_params("04_frag", quiet) == {"profile": "tiny", "gamma": 0, "n_calib": 16}
 
 
 def test_profiles_are_the_folders_of_the_parameter_files():
