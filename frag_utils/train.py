@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -105,8 +106,16 @@ def guard_work_dir(work_dir: Path, spec: dict, what: str, spec_file: str, replac
     file.write_text(json.dumps(spec, sort_keys=True, indent=1))
 
 
-def steps_per_epoch(n_examples: int, config: TrainConfig, devices: int = 1) -> int:
-    """Optimizer steps in one epoch (the last partial accumulation still steps)."""
+def world_size() -> int:
+    """Processes training together (``WORLD_SIZE``, set by ``accelerate launch`` or ``torchrun``; 1 alone)."""
+    return max(1, int(os.environ.get("WORLD_SIZE", "1")))
+
+
+def steps_per_epoch(n_examples: int, config: TrainConfig, devices: int | None = None) -> int:
+    """Optimizer steps in one epoch (the last partial accumulation still steps), with
+    ``batch_size`` examples per process and step on ``devices`` processes (default: this run's
+    :func:`world_size`)."""
+    devices = world_size() if devices is None else devices
     batches = -(-n_examples // (config.batch_size * devices))
     return max(1, -(-batches // config.grad_accum))
 

@@ -87,3 +87,12 @@ def test_training_on_several_visible_gpus_is_refused_not_wrapped_in_dataparallel
     assert "device" not in train.TrainConfig(device="cpu").as_dict()
     with pytest.raises(Exception, match="not a device"):
         train.TrainConfig(device="gpu0")
+
+
+def test_steps_per_epoch_count_every_process_of_a_launch(monkeypatch):
+    cfg = train.TrainConfig(batch_size=4, grad_accum=2)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert train.steps_per_epoch(30, cfg) == 4  # ceil(ceil(30 / 4) / 2): one process
+    monkeypatch.setenv("WORLD_SIZE", "2")  # accelerate launch / torchrun with two processes
+    assert train.steps_per_epoch(30, cfg) == 2  # ceil(ceil(30 / 8) / 2): the warmup follows
+    assert train.steps_per_epoch(30, cfg, devices=1) == 4
