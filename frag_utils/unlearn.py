@@ -185,6 +185,16 @@ def rmu_trainable_names(model: nn.Module, layer: int, which: str) -> list[str]:
     return names
 
 
+def params_after_block(model: nn.Module, layer: int) -> list[str]:
+    """Names of the parameters that act only after decoder block ``layer`` (the later blocks, the
+    final norm, an untied output head): RMU's loss, read at that block, gives them no gradient."""
+    prefix, blocks = decoder_blocks(model)
+    later = tuple(f"{prefix}.{i}." for i in range(layer + 1, len(blocks)))
+    # named_parameters lists a tied output head once, as the embedding it shares (which RMU reaches)
+    return [n for n, _ in model.named_parameters()
+            if n.startswith(later) or (not n.startswith(f"{prefix}.") and "embed" not in n)]
+
+
 # ---- data ---------------------------------------------------------------------------------
 
 
@@ -544,6 +554,8 @@ def make_unlearn_trainer(model: nn.Module, tokenizer: Any, forget_records: Seque
     objective = Objective(config, model, forget, pad)
     if objective.trainable is not None:
         keep = set(objective.trainable)
+        if train.world_size() > 1:  # DDP: a parameter RMU's loss never reaches would stall the gradient
+            keep -= set(params_after_block(model, objective.config.rmu_layer))  # reduction (alone: no grad, no step)
         for name, p in model.named_parameters():
             p.requires_grad_(name in keep)
     return train.make_trainer(model, tokenizer, dataset, config.train_config(), work_dir,
