@@ -1,17 +1,22 @@
 """Numerics: the deterministic CPU mode, and bf16 weight storage.
 
 **Deterministic mode.** fp32 results on the CPU depend on which vectorised kernels torch
-dispatches to (``ATEN_CPU_CAPABILITY``: ``default``, ``avx2``, ``avx512``), and MKL may take
-AVX-512 paths of its own; thread counts and oneDNN's ISA cap do not change fp32 results (measured,
-issue 17). So a CPU run is a function of code, data, parameters and seed on any x86-64 CPU with
-AVX2 when, before torch is imported,
+dispatches to (``ATEN_CPU_CAPABILITY``: ``default``, ``avx2``, ``avx512``), MKL may take AVX-512
+paths of its own, and the number of intra-op threads can change how a reduction is split (oneDNN's
+ISA cap does not matter). Measured: SmolLM2's training steps gave the same bits at 1, 2 and 4
+threads, but the tiny model's target trained at 1 thread differs from the one trained at 2 (a
+tall-skinny gradient GEMM is split differently). So a CPU run is a function of code, data,
+parameters and seed on any x86-64 CPU with AVX2 when, before torch is imported,
 
 * ``ATEN_CPU_CAPABILITY=avx2`` and ``MKL_CBWR=AVX2`` (MKL's conditional numerical reproducibility)
-  are set, and
+  are set,
+* the thread count is fixed: ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` are set to
+  ``FRAG_THREADS`` (default :data:`DETERMINISTIC_THREADS`, what every record so far was made
+  with), whatever they were, and
 * everything is computed in fp32 (bf16 autocast on the CPU runs on kernels chosen by the CPU's
   own features: AMX, AVX512-BF16).
 
-:func:`set_deterministic_env` sets the two variables (``FRAG_DETERMINISTIC=0`` opts out); the
+:func:`set_deterministic_env` sets the variables (``FRAG_DETERMINISTIC=0`` opts out); the
 Makefile, the project's Jupyter kernel, ``import frag_utils`` (when torch is not yet imported), the
 runner and the test suite all call or export it. :func:`status` says what a process actually runs
 with, and every record carries it.
@@ -29,6 +34,8 @@ import sys
 from typing import Iterable
 
 DETERMINISTIC_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+DETERMINISTIC_THREADS = 2  # intra-op threads in deterministic mode (FRAG_THREADS overrides)
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 OPT_OUT = "FRAG_DETERMINISTIC"  # set to 0 to run with the machine's fastest (CPU-dependent) kernels
 WEIGHTS = ("fp32", "bf16")  # how trained weights are stored: fp32, or rounded to bf16 after every step
 
@@ -51,7 +58,24 @@ def set_deterministic_env(environ: dict | None = None) -> dict:
     if deterministic_requested(environ):
         for key, value in DETERMINISTIC_ENV.items():
             environ.setdefault(key, value)
+        threads = str(deterministic_threads(environ))
+        for key in THREAD_VARS:  # forced: another count may give other bits
+            environ[key] = threads
+        if environ is os.environ and "torch" in sys.modules:  # too late for the variables: set it directly
+            import torch
+
+            if torch.get_num_threads() != int(threads):
+                torch.set_num_threads(int(threads))
     return environ
+
+
+def deterministic_threads(environ: dict | None = None) -> int:
+    """The intra-op thread count of deterministic mode: ``FRAG_THREADS``, else :data:`DETERMINISTIC_THREADS`."""
+    environ = os.environ if environ is None else environ
+    text = str(environ.get("FRAG_THREADS", DETERMINISTIC_THREADS))
+    if not text.isdigit() or int(text) < 1:
+        raise NumericsError(f"FRAG_THREADS must be a whole number >= 1, got {text!r}.")
+    return int(text)
 
 
 def status() -> dict:
@@ -61,8 +85,11 @@ def status() -> dict:
 
     capability = torch.backends.cpu.get_cpu_capability()
     mkl = os.environ.get("MKL_CBWR")
-    return {"deterministic": capability == "AVX2" and (mkl or "").upper().startswith("AVX2"),
-            "aten_cpu_capability": capability, "mkl_cbwr": mkl, "torch_imported_before_frag_utils": _EARLY_TORCH}
+    threads = torch.get_num_threads()
+    pinned = deterministic_threads() if deterministic_requested() else None
+    return {"deterministic": capability == "AVX2" and (mkl or "").upper().startswith("AVX2") and threads == pinned,
+            "aten_cpu_capability": capability, "mkl_cbwr": mkl, "threads": threads,
+            "torch_imported_before_frag_utils": _EARLY_TORCH}
 
 
 def check_autocast(bf16: bool, device: str) -> None:

@@ -1,7 +1,9 @@
 """Which settings change CPU training numbers? Four AdamW steps of SmolLM2-135M on fixed token
 batches, run in a fresh process per setting, sha256 of all weights after (issue 17's measurement,
 repeated on this machine). Deterministic mode's claim is that only ATEN_CPU_CAPABILITY (pinned to
-avx2) and MKL's own dispatch (MKL_CBWR=AVX2) matter for fp32, not threads or oneDNN's ISA cap.
+avx2), MKL's own dispatch (MKL_CBWR=AVX2) and the thread count (pinned to FRAG_THREADS, default 2)
+matter for fp32, not oneDNN's ISA cap. (Threads do not change these SmolLM2 steps; they do change
+the tiny model's training: tests/test_verify.py fails at one thread.)
 
     .venv/bin/python scripts/check_determinism.py [--json OUT]
 """
@@ -33,8 +35,8 @@ print(json.dumps({"sha256": h.hexdigest(), "loss": float(loss), **numerics.statu
 """
 
 SETTINGS = {  # name -> environment changes (on top of a clean environment without the pins)
-    "avx2, 2 threads": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "OMP_NUM_THREADS": "2"},
-    "avx2, 1 thread": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "OMP_NUM_THREADS": "1"},
+    "avx2, 2 threads": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "FRAG_THREADS": "2"},
+    "avx2, 1 thread": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "FRAG_THREADS": "1"},
     "avx2, oneDNN capped at AVX2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
     "avx2, MKL not capped": {"ATEN_CPU_CAPABILITY": "avx2", "FRAG_DETERMINISTIC": "0"},
     "avx512 (this CPU's own)": {"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "AVX2"},
@@ -48,7 +50,7 @@ def main() -> None:
     args = ap.parse_args()
     clean = {k: v for k, v in os.environ.items()
              if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "FRAG_DETERMINISTIC", "ONEDNN_MAX_CPU_ISA",
-                          "OMP_NUM_THREADS")}
+                          "OMP_NUM_THREADS", "MKL_NUM_THREADS", "FRAG_THREADS")}
     out = {}
     for name, env in SETTINGS.items():
         done = subprocess.run([sys.executable, "-c", STEP], env={**clean, **env}, capture_output=True, text=True)

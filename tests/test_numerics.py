@@ -115,10 +115,16 @@ def test_bf16_autocast_is_refused_on_the_cpu_in_deterministic_mode(monkeypatch):
         numerics.check_weights("fp16")
 
 
-def test_set_deterministic_env_respects_the_opt_out_and_existing_values():
-    assert numerics.set_deterministic_env({}) == numerics.DETERMINISTIC_ENV
+def test_set_deterministic_env_respects_the_opt_out_and_existing_values_but_pins_the_threads():
+    threads = {k: "2" for k in numerics.THREAD_VARS}
+    assert numerics.set_deterministic_env({}) == {**numerics.DETERMINISTIC_ENV, **threads}
     assert numerics.set_deterministic_env({"FRAG_DETERMINISTIC": "0"}) == {"FRAG_DETERMINISTIC": "0"}
     assert numerics.set_deterministic_env({"ATEN_CPU_CAPABILITY": "default"})["ATEN_CPU_CAPABILITY"] == "default"
+    # a thread count given another way is overridden: the count changes bits (the tiny target at 1 thread)
+    assert numerics.set_deterministic_env({"OMP_NUM_THREADS": "1"})["OMP_NUM_THREADS"] == "2"
+    assert numerics.set_deterministic_env({"FRAG_THREADS": "4"})["MKL_NUM_THREADS"] == "4"
+    with pytest.raises(numerics.NumericsError, match="FRAG_THREADS"):
+        numerics.set_deterministic_env({"FRAG_THREADS": "many"})
 
 
 def test_importing_frag_utils_first_puts_a_fresh_process_in_deterministic_mode():
@@ -126,6 +132,9 @@ def test_importing_frag_utils_first_puts_a_fresh_process_in_deterministic_mode()
     code = "import frag_utils, json; from frag_utils import numerics; print(json.dumps(numerics.status()))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     assert '"deterministic": true' in out and '"aten_cpu_capability": "AVX2"' in out
+    out = subprocess.run([sys.executable, "-c", code], env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                         text=True, check=True).stdout
+    assert '"threads": 2' in out and '"deterministic": true' in out
     # torch loaded first: the variables came too late, and the status says so
     code = "import torch, frag_utils, json; from frag_utils import numerics; print(json.dumps(numerics.status()))"
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
