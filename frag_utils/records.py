@@ -122,6 +122,12 @@ def cpu_description() -> dict:
     return {**out, "cpu_model": model, "cpu_flags": [f for f in BF16_FLAGS if f in flags]}
 
 
+def cpu_vendor(cpu_model: str | None) -> str | None:
+    """``Intel`` or ``AMD`` from a CPU model name (as records store it), else None."""
+    text = (cpu_model or "").lower()
+    return "Intel" if "intel" in text else "AMD" if "amd" in text else None
+
+
 def provenance(source: str, params: dict | None = None, seed: int | None = None) -> dict:
     """Everything needed to say where an artifact came from."""
     return {"source": source, "params": params or {}, "seed": seed, "git": git_commit(),

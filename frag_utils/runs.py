@@ -640,16 +640,18 @@ def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checke
         _restore_needed(dep, specs, log, checked)
         missing = [] if record_only else _missing(dep)  # after its inputs: 05 gold's checkpoint is 02's
         if not dep.is_complete() or missing:
-            recorded = json.loads((dep.out_dir / RESULTS_FILE).read_text())["results"] if missing else None
+            recorded = json.loads((dep.out_dir / RESULTS_FILE).read_text()) if missing else None
             _execute_logged(dep, bool(missing), log, f"needed by {spec.notebook.stem}/{spec.name}"
                             + (": its checkpoint is not in the cache" if missing else ""))
             if missing:
-                _check_remade(dep, recorded)
+                _check_remade(dep, recorded["results"],
+                              recorded["provenance"].get("environment", {}).get("cpu_model"))
         checked.add(key)
 
 
-def _check_remade(spec: RunSpec, recorded: dict) -> None:
-    """Stop the grid when a run remade for its missing checkpoint does not reproduce its record.
+def _check_remade(spec: RunSpec, recorded: dict, recorded_cpu: str | None = None) -> None:
+    """Stop the grid when a run remade for its missing checkpoint does not reproduce its record
+    (``recorded``: its results; ``recorded_cpu``: the CPU model its provenance names).
 
     The other recorded runs were made from the checkpoint the record describes; a run made now
     would read a different one, and the grid would mix the two without a trace in the tables.
@@ -667,7 +669,19 @@ def _check_remade(spec: RunSpec, recorded: dict) -> None:
             f"is not bit-reproducible here (README, 'Reproducibility'). Either put the original checkpoint in the "
             f"cache and restore the record (git checkout -- {where}), or rerun the whole profile (FORCE=1) so that "
             f"every record reads the new one; the remade record is left in place, as it describes the cached "
-            f"checkpoint.")
+            f"checkpoint." + _vendor_note(recorded_cpu))
+
+
+def _vendor_note(recorded_cpu: str | None) -> str:
+    """Why a record made on another CPU vendor's machine cannot be remade here (or nothing)."""
+    from . import records  # imports torch: only once a run has been remade
+
+    theirs, ours = records.cpu_vendor(recorded_cpu), records.cpu_vendor(records.cpu_description().get("cpu_model"))
+    if not theirs or not ours or theirs == ours:
+        return ""
+    return (f" The record was made on an {theirs} CPU and this one is {ours}: MKL's reproducible AVX2 branch "
+            f"(MKL_CBWR=AVX2) exists on Intel CPUs only, so deterministic mode reproduces a record on CPUs of the "
+            f"vendor that made it, not across vendors (measured: docs/reproducibility.md, 'Across CPU vendors').")
 
 
 def run_grid(specs: list[RunSpec], force: bool = False, select: str | None = None,

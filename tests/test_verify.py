@@ -1,15 +1,26 @@
 """make verify: a recorded run remade from an empty cache in a clone of HEAD reproduces its record
 bit for bit (deterministic mode). The tiny target's record is committed as the fixture; it was
-recorded on the machine its provenance names, and this test runs wherever the suite runs."""
+recorded on the machine its provenance names, and this test runs wherever the suite runs.
+
+Across CPU vendors it does not hold (measured 2026-11-25: the Intel-made record remade on an AMD
+EPYC differs; MKL's AVX2 reproducibility branch exists on Intel CPUs only): there the test is an
+expected failure that still runs, and says so; on a CPU of the record's vendor it must pass."""
 import json
 
 import pytest
 
-from frag_utils import paths, runs
+from frag_utils import paths, records, runs
+
+TINY = json.loads((paths.RUNS_DIR / "02_target_and_gold" / "tiny" / runs.RESULTS_FILE).read_text())
+RECORD_VENDOR = records.cpu_vendor(TINY["provenance"]["environment"].get("cpu_model"))
+THIS_VENDOR = records.cpu_vendor(records.cpu_description().get("cpu_model"))
 
 
+@pytest.mark.xfail(RECORD_VENDOR != THIS_VENDOR, strict=False,
+                   reason=f"record made on an {RECORD_VENDOR} CPU, this one is {THIS_VENDOR}: deterministic mode "
+                          "does not reproduce across CPU vendors (docs/reproducibility.md, 'Across CPU vendors')")
 def test_the_tiny_target_remade_from_an_empty_cache_is_identical_to_its_record(tmp_path):
-    recorded = json.loads((paths.RUNS_DIR / "02_target_and_gold" / "tiny" / runs.RESULTS_FILE).read_text())
+    recorded = TINY
     assert recorded["results"]["checkpoint_sha256"]["target"]  # the record names its weights
     assert recorded["provenance"]["environment"]["numerics"]["deterministic"]
     report = runs.verify("02_target_and_gold/tiny", workdir=tmp_path)
@@ -29,3 +40,10 @@ def test_upstream_lists_what_an_attack_reads_before_it():
     spec, specs = runs.find_run(f"06_attacks/{attack.name}")
     chain = [f"{s.notebook.stem}/{s.name}" for s in runs.upstream(spec, specs)]
     assert chain == ["02_target_and_gold/smol", f"05_unlearn/{attack.params['unlearned_run']}"]
+
+
+def test_a_remade_run_that_differs_says_when_the_record_came_from_another_cpu_vendor(monkeypatch):
+    monkeypatch.setattr(records, "cpu_description", lambda: {"cpu_model": "AMD EPYC"})
+    assert "made on an Intel CPU and this one is AMD" in runs._vendor_note("Intel(R) Xeon(R) Processor")
+    assert runs._vendor_note("AMD EPYC 7763 64-Core Processor") == ""
+    assert runs._vendor_note(None) == ""
