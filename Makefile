@@ -8,11 +8,12 @@ PROFILE ?= smol
 SELECT ?=
 FORCE ?=
 export FRAG_PROGRESS ?= 0
-# Deterministic mode (frag_utils/numerics.py): the same fp32 numbers on any x86-64 CPU with AVX2.
-# FRAG_DETERMINISTIC=0 opts out (faster kernels of this CPU, numbers that depend on it).
+# Deterministic mode (frag_utils/numerics.py): fp32, torch's AVX2 kernels, MKL's one code path for
+# every x86-64 vendor (COMPATIBLE), a fixed thread count. FRAG_DETERMINISTIC=0 opts out (faster
+# kernels of this CPU, numbers that depend on it).
 ifneq ($(FRAG_DETERMINISTIC),0)
 export ATEN_CPU_CAPABILITY ?= avx2
-export MKL_CBWR ?= AVX2
+export MKL_CBWR ?= COMPATIBLE
 endif
 
 .PHONY: setup test lint test-package test-notebooks reproduce verify bench clean-scratch
@@ -23,8 +24,7 @@ $(STAMP): requirements.txt requirements-embedded.txt pyproject.toml Makefile
 	$(PY) -m pip install --quiet -r requirements.txt
 	$(PY) -m pip install --quiet --no-deps -r requirements-embedded.txt
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
-	$(PY) -m ipykernel install --sys-prefix --name frag --display-name "Python (frag)" \
-		--env ATEN_CPU_CAPABILITY avx2 --env MKL_CBWR AVX2 > /dev/null
+	$(PY) -m ipykernel install --sys-prefix --name frag --display-name "Python (frag)" > /dev/null
 	touch $(STAMP)
 
 setup: $(STAMP)

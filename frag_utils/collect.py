@@ -86,10 +86,13 @@ class Collection:
     """The complete records of ``profile`` and the parameter files that name its grid.
 
     Attributes:
-        method_runs: every notebook-05 record of the profile; ``method_by_run`` by run name.
+        method_runs: every notebook-05 record of the profile; ``method_by_run`` by run name. Less
+            ``stale_methods``: those made from earlier weights of their input than its record now
+            names (:func:`frag_utils.runs.stale_inputs`).
         all_attacks: every notebook-06 record by its parameters (a run two files list is run once,
             under the first name; defaults left out of the key, as the runner does), less the stale
-            ones (``stale``: the 05 run they attacked was redone or removed since).
+            ones (``stale``: the 05 run they attacked was redone or removed since, or its record
+            names other weights than the attack read).
         attacks: those of ``forget_split``.
         sources: table name -> the runs it was built from (filled as tables are built);
             ``provenance``: table name -> the rules that chose its rows, where a parameter did.
@@ -98,17 +101,30 @@ class Collection:
     def __init__(self, profile: str, forget_split: str = "forget10") -> None:
         self.profile, self.forget_split = profile, forget_split
         self.params_dir = paths.PARAMS_DIR / profile
-        self.method_runs = recorded_runs("05_unlearn", profile)
+        # a record made from earlier weights of its inputs than their records now name (the input
+        # was made again since) is left out, and said: it describes a model the grid no longer has
+        specs = runs.grid(profile) if profile in runs.profiles() else []
+        by_name = {f"{s.notebook.stem}/{s.name}": s for s in specs}
+
+        def made_from_earlier_inputs(record):
+            spec = by_name.get(record["run"])
+            return bool(spec and runs.stale_inputs(spec, specs))
+
+        found_05 = recorded_runs("05_unlearn", profile)
+        self.stale_methods = [r["run"] for r in found_05 if made_from_earlier_inputs(r)]
+        self.method_runs = [r for r in found_05 if r["run"] not in self.stale_methods]
         self.method_by_run = {_name(r): r for r in self.method_runs}
         self.defaults_06 = {k: v["default"] for k, v in
                             runs.declared_parameters(runs.resolve_notebook("06_attacks")).items()}
         found = {runs.params_key(r["provenance"]["params"], self.defaults_06): r
                  for r in recorded_runs("06_attacks", profile)}
         # stale: the copied pre-attack properties of the unlearned weights no longer match its 05 run
-        self.stale = [r["run"] for r in found.values() if r["results"]["unlearned_run"] and (
-            r["results"]["unlearned_run"] not in self.method_by_run
-            or any(_row(r)[k] != _row(self.method_by_run[r["results"]["unlearned_run"]])[k]
-                   for k in ("FRAG_x100", "l2_all")))]
+        def attacked_other_weights(r):
+            u = r["results"]["unlearned_run"]
+            return bool(u) and (u not in self.method_by_run or any(
+                _row(r)[k] != _row(self.method_by_run[u])[k] for k in ("FRAG_x100", "l2_all")))
+
+        self.stale = [r["run"] for r in found.values() if made_from_earlier_inputs(r) or attacked_other_weights(r)]
         self.all_attacks = {k: r for k, r in found.items() if r["run"] not in self.stale}
         self.attacks = {k: r for k, r in self.all_attacks.items() if _row(r)["forget_split"] == forget_split}
         self.sources: dict[str, list[str]] = {}

@@ -1,15 +1,18 @@
 """Numerics: the deterministic CPU mode, and bf16 weight storage.
 
 **Deterministic mode.** fp32 results on the CPU depend on which vectorised kernels torch
-dispatches to (``ATEN_CPU_CAPABILITY``: ``default``, ``avx2``, ``avx512``), MKL may take AVX-512
-paths of its own, and the number of intra-op threads can change how a reduction is split (oneDNN's
-ISA cap does not matter). Measured: SmolLM2's training steps gave the same bits at 1, 2 and 4
-threads, but the tiny model's target trained at 1 thread differs from the one trained at 2 (a
-tall-skinny gradient GEMM is split differently). So a CPU run is a function of code, data,
-parameters and seed on any x86-64 CPU with AVX2 when, before torch is imported,
+dispatches to (``ATEN_CPU_CAPABILITY``: ``default``, ``avx2``, ``avx512``), on the code path MKL's
+GEMMs take, and on the number of intra-op threads (how a reduction is split; oneDNN's ISA cap does
+not matter). Measured: the tiny model's target trained at 1 thread differs from the one trained at
+2; and the tiny target made on an Intel Xeon with ``MKL_CBWR=AVX2`` differs from the one an AMD
+EPYC makes with the same setting, because MKL's ``AVX2`` reproducibility branch exists on Intel CPUs
+only (elsewhere it silently falls back to the CPU's own dispatch). ``COMPATIBLE`` is MKL's one code
+path for Intel and AMD CPUs alike (SSE2 without approximate reciprocals), at about twice the time
+of a training step. So a CPU run is meant to be a function of code, data, parameters and seed on
+any x86-64 CPU with AVX2 when, before torch is imported,
 
-* ``ATEN_CPU_CAPABILITY=avx2`` and ``MKL_CBWR=AVX2`` (MKL's conditional numerical reproducibility)
-  are set,
+* ``ATEN_CPU_CAPABILITY=avx2`` and ``MKL_CBWR=COMPATIBLE`` (MKL's conditional numerical
+  reproducibility) are set,
 * the thread count is fixed: ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` are set to
   ``FRAG_THREADS`` (default :data:`DETERMINISTIC_THREADS`, what every record so far was made
   with), whatever they were, and
@@ -17,9 +20,12 @@ parameters and seed on any x86-64 CPU with AVX2 when, before torch is imported,
   own features: AMX, AVX512-BF16).
 
 :func:`set_deterministic_env` sets the variables (``FRAG_DETERMINISTIC=0`` opts out); the
-Makefile, the project's Jupyter kernel, ``import frag_utils`` (when torch is not yet imported), the
-runner and the test suite all call or export it. :func:`status` says what a process actually runs
-with, and every record carries it.
+Makefile, ``import frag_utils`` (when torch is not yet imported; every notebook imports it before
+torch), the runner (whose kernels inherit its environment) and the test suite all call or export it.
+Records made before 2026-11-25 (evening) used ``MKL_CBWR=AVX2``: they reproduce on Intel CPUs only.
+Whether ``COMPATIBLE`` gives the same bits on an Intel and an AMD CPU is MKL's documented promise,
+not yet measured here (``bench/numerics_fingerprint.py --compare`` on two machines says).
+:func:`status` says what a process actually runs with, and every record carries it.
 
 **bf16 weight storage** (``weights="bf16"``): OpenUnlearning loads Llama with
 ``torch_dtype: bfloat16`` and trains the bf16 weights (no fp32 master copy), so an optimizer step
@@ -33,7 +39,7 @@ import os
 import sys
 from typing import Iterable
 
-DETERMINISTIC_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+DETERMINISTIC_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"}
 DETERMINISTIC_THREADS = 2  # intra-op threads in deterministic mode (FRAG_THREADS overrides)
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 OPT_OUT = "FRAG_DETERMINISTIC"  # set to 0 to run with the machine's fastest (CPU-dependent) kernels
@@ -87,7 +93,9 @@ def status() -> dict:
     mkl = os.environ.get("MKL_CBWR")
     threads = torch.get_num_threads()
     pinned = deterministic_threads() if deterministic_requested() else None
-    return {"deterministic": capability == "AVX2" and (mkl or "").upper().startswith("AVX2") and threads == pinned,
+    deterministic = (capability == "AVX2" and (mkl or "").upper() == DETERMINISTIC_ENV["MKL_CBWR"]
+                     and threads == pinned)
+    return {"deterministic": deterministic,
             "aten_cpu_capability": capability, "mkl_cbwr": mkl, "threads": threads,
             "torch_imported_before_frag_utils": _EARLY_TORCH}
 

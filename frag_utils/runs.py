@@ -590,6 +590,36 @@ def dependency_grid(specs: list[RunSpec]) -> list[RunSpec]:
     return universe + [s for s in specs if (s.notebook.stem, s.name) not in keys]
 
 
+# which recorded hash of a run's input is the weights of which upstream run: a notebook-05 record's
+# "original" is one of notebook 02's checkpoints, a notebook-06 record's "attacked" is the
+# "unlearned" checkpoint of the 05 run it names
+_READS = {"05_unlearn": ("02_target_and_gold", "original", None), "06_attacks": ("05_unlearn", "attacked", "unlearned")}
+
+
+def stale_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[str]:
+    """The upstream runs whose current record names other weights than the ones ``spec``'s record
+    read: ``spec`` was made from an earlier version of them (the upstream run was made again since),
+    and is to be made again too. Judged only where both records carry the sha256 (deterministic-mode
+    records); an unrecorded ``spec`` has nothing stale."""
+    if spec.notebook.stem not in _READS or not spec.is_complete():
+        return []
+    upstream_nb, read_key, made_key = _READS[spec.notebook.stem]
+    read = _hashes(json.loads((spec.out_dir / RESULTS_FILE).read_text())["results"]).get(read_key)
+    if not read:
+        return []
+    stale = []
+    for dep, _ in needed_runs(spec, specs):
+        if dep.notebook.stem != upstream_nb or not dep.is_complete():
+            continue
+        if upstream_nb == "05_unlearn" and dep.name != spec.params.get("unlearned_run"):
+            continue  # a matched-norm run's record is read for its L2 only
+        made = _hashes(json.loads((dep.out_dir / RESULTS_FILE).read_text())["results"])
+        expected = {made[made_key]} if made_key and made.get(made_key) else set(made.values())
+        if expected and read not in expected:
+            stale.append(f"{dep.notebook.stem}/{dep.name}")
+    return stale
+
+
 def _check_inputs_known(spec: RunSpec, specs: list[RunSpec]) -> None:
     """Refuse a run that names a run to read from that is neither recorded nor in ``specs``:
     nothing could make it, and the notebook would fail on its missing record."""
@@ -635,21 +665,28 @@ def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checke
     _check_inputs_known(spec, specs)
     for dep, record_only in needed_runs(spec, specs):
         key = (dep.notebook.stem, dep.name)
-        if key in checked or (dep.is_complete() and (record_only or not _missing(dep))):
+        stale = stale_inputs(dep, specs)
+        if key in checked or (dep.is_complete() and not stale and (record_only or not _missing(dep))):
             continue
         _restore_needed(dep, specs, log, checked)
+        if stale:  # made from earlier weights of its own inputs: made again, not compared with its record
+            _execute_logged(dep, True, log, f"needed by {spec.notebook.stem}/{spec.name}; its record read earlier "
+                            f"weights of {', '.join(stale)}")
+            checked.add(key)
+            continue
         missing = [] if record_only else _missing(dep)  # after its inputs: 05 gold's checkpoint is 02's
         if not dep.is_complete() or missing:
             recorded = json.loads((dep.out_dir / RESULTS_FILE).read_text()) if missing else None
             _execute_logged(dep, bool(missing), log, f"needed by {spec.notebook.stem}/{spec.name}"
                             + (": its checkpoint is not in the cache" if missing else ""))
             if missing:
-                _check_remade(dep, recorded["results"],
-                              recorded["provenance"].get("environment", {}).get("cpu_model"))
+                env = recorded["provenance"].get("environment", {})
+                _check_remade(dep, recorded["results"], env.get("cpu_model"), env.get("numerics", {}).get("mkl_cbwr"))
         checked.add(key)
 
 
-def _check_remade(spec: RunSpec, recorded: dict, recorded_cpu: str | None = None) -> None:
+def _check_remade(spec: RunSpec, recorded: dict, recorded_cpu: str | None = None,
+                  recorded_mkl: str | None = None) -> None:
     """Stop the grid when a run remade for its missing checkpoint does not reproduce its record
     (``recorded``: its results; ``recorded_cpu``: the CPU model its provenance names).
 
@@ -669,19 +706,20 @@ def _check_remade(spec: RunSpec, recorded: dict, recorded_cpu: str | None = None
             f"is not bit-reproducible here (README, 'Reproducibility'). Either put the original checkpoint in the "
             f"cache and restore the record (git checkout -- {where}), or rerun the whole profile (FORCE=1) so that "
             f"every record reads the new one; the remade record is left in place, as it describes the cached "
-            f"checkpoint." + _vendor_note(recorded_cpu))
+            f"checkpoint." + _vendor_note(recorded_cpu, recorded_mkl))
 
 
-def _vendor_note(recorded_cpu: str | None) -> str:
-    """Why a record made on another CPU vendor's machine cannot be remade here (or nothing)."""
+def _vendor_note(recorded_cpu: str | None, recorded_mkl: str | None = None) -> str:
+    """Why a record made on another CPU vendor's machine with MKL's Intel-only AVX2 branch cannot be
+    remade here (or nothing)."""
     from . import records  # imports torch: only once a run has been remade
 
     theirs, ours = records.cpu_vendor(recorded_cpu), records.cpu_vendor(records.cpu_description().get("cpu_model"))
-    if not theirs or not ours or theirs == ours:
+    if not theirs or not ours or theirs == ours or (recorded_mkl or "AVX2").upper() != "AVX2":
         return ""
-    return (f" The record was made on an {theirs} CPU and this one is {ours}: MKL's reproducible AVX2 branch "
-            f"(MKL_CBWR=AVX2) exists on Intel CPUs only, so deterministic mode reproduces a record on CPUs of the "
-            f"vendor that made it, not across vendors (measured: docs/reproducibility.md, 'Across CPU vendors').")
+    return (f" The record was made on an {theirs} CPU with MKL_CBWR=AVX2 and this one is {ours}: MKL's AVX2 "
+            f"reproducibility branch exists on Intel CPUs only, so such a record reproduces on Intel CPUs, not here "
+            f"(measured: docs/reproducibility.md, 'Across CPU vendors'); records made since use MKL_CBWR=COMPATIBLE.")
 
 
 def run_grid(specs: list[RunSpec], force: bool = False, select: str | None = None,
@@ -713,9 +751,13 @@ def run_grid(specs: list[RunSpec], force: bool = False, select: str | None = Non
     log = [] if log is None else log
     checked: set = set()
     for spec in progress(chosen, desc="runs", unit="run"):
-        if force or not spec.is_complete() or spec.notebook.stem in COLLECTORS:
+        stale = [] if force else stale_inputs(spec, universe)
+        if stale:
+            print(f"{spec.notebook.stem}/{spec.name}: recorded from earlier weights of {', '.join(stale)} than "
+                  "their records now name; made again", flush=True)
+        if force or stale or not spec.is_complete() or spec.notebook.stem in COLLECTORS:
             _restore_needed(spec, universe, log, checked)
-        entry = _execute_logged(spec, force, log)
+        entry = _execute_logged(spec, force or bool(stale), log, "its inputs were made again" if stale else "")
         if entry["status"] == "done":  # made here: in place for what follows (a skipped one is checked when needed)
             checked.add((spec.notebook.stem, spec.name))
     return log

@@ -1,9 +1,9 @@
 """Which settings change CPU training numbers? Four AdamW steps of SmolLM2-135M on fixed token
 batches, run in a fresh process per setting, sha256 of all weights after (issue 17's measurement,
 repeated on this machine). Deterministic mode's claim is that only ATEN_CPU_CAPABILITY (pinned to
-avx2), MKL's own dispatch (MKL_CBWR=AVX2) and the thread count (pinned to FRAG_THREADS, default 2)
-matter for fp32, not oneDNN's ISA cap. (Threads do not change these SmolLM2 steps; they do change
-the tiny model's training: tests/test_verify.py fails at one thread.)
+avx2), MKL's code path (MKL_CBWR=COMPATIBLE; AVX2 is Intel-only) and the thread count (pinned to
+FRAG_THREADS, default 2) matter for fp32, not oneDNN's ISA cap. (Threads do not change these
+SmolLM2 steps; they do change the tiny model's training: tests/test_verify.py fails at one thread.)
 
     .venv/bin/python scripts/check_determinism.py [--json OUT]
 """
@@ -35,12 +35,14 @@ print(json.dumps({"sha256": h.hexdigest(), "loss": float(loss), **numerics.statu
 """
 
 SETTINGS = {  # name -> environment changes (on top of a clean environment without the pins)
-    "avx2, 2 threads": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "FRAG_THREADS": "2"},
-    "avx2, 1 thread": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "FRAG_THREADS": "1"},
-    "avx2, oneDNN capped at AVX2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "avx2, 2 threads": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "FRAG_THREADS": "2"},
+    "avx2, 1 thread": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE", "FRAG_THREADS": "1"},
+    "avx2, oneDNN capped at AVX2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE",
+                                    "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "avx2, MKL's AVX2 branch (Intel only)": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"},
     "avx2, MKL not capped": {"ATEN_CPU_CAPABILITY": "avx2", "FRAG_DETERMINISTIC": "0"},
-    "avx512 (this CPU's own)": {"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "AVX2"},
-    "default (no vector kernels)": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AVX2"},
+    "avx512 (this CPU's own)": {"ATEN_CPU_CAPABILITY": "avx512", "MKL_CBWR": "COMPATIBLE"},
+    "default (no vector kernels)": {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE"},
 }
 
 

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from frag_utils import collect, paths
+from frag_utils import collect, paths, runs
 
 SMOL_ATTACKS = paths.PARAMS_DIR / "smol" / "06_attacks.yaml"
 
@@ -87,7 +87,7 @@ def test_checkpoints_are_the_forget_retain_attacks_at_the_main_settings(smol):
 def copied_runs(tmp_path, monkeypatch):
     """A copy of the committed 05 and 06 records the tests may change (the repository's stay as they are)."""
     root = tmp_path / "papermill_runs"
-    for notebook in ("05_unlearn", "06_attacks"):
+    for notebook in ("02_target_and_gold", "05_unlearn", "06_attacks"):
         shutil.copytree(paths.RUNS_DIR / notebook, root / notebook,
                         ignore=shutil.ignore_patterns("*.png", "*.tex", "*.md", "*.csv"))
     monkeypatch.setattr(paths, "RUNS_DIR", root)
@@ -154,3 +154,37 @@ def test_mark_not_effective_heads_only_fully_measured_columns_under_the_threshol
 
     t = pd.DataFrame({"model": ["a", "b"], "x": [0.05, 0.09], "y": [0.05, 0.2], "z": [0.01, float("nan")]})
     assert list(tables.mark_not_effective(t).columns) == ["model", "x (not effective)", "y", "z"]
+
+
+PRECISION_GA = "smol.precision__method=ga__weights=bf16"  # a deterministic record: it names the target it read
+
+
+def test_a_record_made_from_earlier_weights_of_its_input_is_stale_and_made_again(copied_runs, monkeypatch):
+    specs = runs.grid("smol")
+    spec = next(s for s in specs if s.name == PRECISION_GA)
+    old_npo = next(s for s in specs if s.name == "smol__method=npo")  # recorded before records named hashes
+    assert runs.stale_inputs(spec, specs) == [] and runs.stale_inputs(old_npo, specs) == []
+    assert f"05_unlearn/{PRECISION_GA}" not in collect.Collection("smol").stale_methods
+    # the target is made again (other bits): what was unlearned from the old one is stale
+    file = copied_runs / "02_target_and_gold" / "smol" / "results.json"
+    rec = json.loads(file.read_text())
+    read = json.loads((copied_runs / "05_unlearn" / PRECISION_GA / "results.json").read_text())
+    assert rec["results"]["checkpoint_sha256"]["target"] == read["results"]["checkpoint_sha256"]["original"]
+    rec["results"]["checkpoint_sha256"]["target"] = "0" * 64
+    file.write_text(json.dumps(rec))
+    assert runs.stale_inputs(spec, specs) == ["02_target_and_gold/smol"]
+    assert runs.stale_inputs(old_npo, specs) == []  # no hash in its record: not judged
+    grid = collect.Collection("smol")
+    assert f"05_unlearn/{PRECISION_GA}" in grid.stale_methods and PRECISION_GA not in grid.method_by_run
+    # the runner makes it again (forced) instead of skipping it as complete
+    calls = []
+
+    def fake_execute(s, force=False):
+        calls.append((s.notebook.stem, s.name, force))
+        return {"run": f"{s.notebook.stem}/{s.name}", "status": "done", "seconds": 0.0}
+
+    monkeypatch.setattr(runs, "execute", fake_execute)
+    monkeypatch.setattr(runs, "_missing", lambda dep: [])  # its input's checkpoint is in the cache
+    log = runs.run_grid([spec], universe=specs)
+    assert calls == [("05_unlearn", PRECISION_GA, True)]
+    assert log[-1]["reason"] == "its inputs were made again"
