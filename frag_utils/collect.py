@@ -602,14 +602,14 @@ class Collection:
     # -- writing ---------------------------------------------------------------------------------
     def write(self, out_dir: Path, prov: dict, tables_: dict[str, pd.DataFrame], figures: dict[str, Any]) -> list[str]:
         """Write each non-empty table (Markdown, LaTeX, CSV, and provenance naming its source runs,
-        with :data:`WRITE_OPTIONS`) and each figure (PNG, provenance) to ``out_dir``. The user's-runs
-        tables are removed when empty (no stale listing). Returns the names written."""
+        with :data:`WRITE_OPTIONS`) and each figure (PNG, provenance) to ``out_dir``. A table that
+        came out empty has its earlier files removed (no stale table: its records were left out or
+        removed since). Returns the names written."""
         written = []
         for name, table in tables_.items():
             if not len(table):
-                if name.startswith("other_runs_"):
-                    for f in out_dir.glob(f"{name}.*"):
-                        f.unlink()
+                for f in out_dir.glob(f"{name}.*"):
+                    f.unlink()
                 continue
             options = WRITE_OPTIONS.get(name, {})
             formats = {k: f for k, f in options.get("formats", {}).items() if k in table}

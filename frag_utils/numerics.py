@@ -36,6 +36,7 @@ portable, deterministic, and on a GPU close to native bf16 training (tested on a
 from __future__ import annotations
 
 import os
+import re
 import sys
 from typing import Iterable
 
@@ -73,6 +74,19 @@ def set_deterministic_env(environ: dict | None = None) -> dict:
             if torch.get_num_threads() != int(threads):
                 torch.set_num_threads(int(threads))
     return environ
+
+
+def cache_tag(environ: dict | None = None) -> str:
+    """The name of this numerics mode's cache folder, from the environment (no torch needed):
+    ``cpu-<ATen capability>-<MKL branch>-<threads>t`` in deterministic mode, ``cpu-native``
+    otherwise (the CPU's own kernels: nothing made there is reused by a deterministic run)."""
+    environ = os.environ if environ is None else environ
+    if not deterministic_requested(environ):
+        return "cpu-native"
+    aten = environ.get("ATEN_CPU_CAPABILITY", DETERMINISTIC_ENV["ATEN_CPU_CAPABILITY"])
+    mkl = environ.get("MKL_CBWR", DETERMINISTIC_ENV["MKL_CBWR"])
+    tag = f"cpu-{aten}-{mkl}-{deterministic_threads(environ)}t".lower()
+    return re.sub(r"[^a-z0-9._-]+", "-", tag)
 
 
 def deterministic_threads(environ: dict | None = None) -> int:

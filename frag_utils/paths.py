@@ -31,9 +31,19 @@ def safe_name(text: str) -> str:
     return _SAFE.sub("-", text.replace("/", "--")).strip("-") or "unnamed"
 
 
+def cache_root() -> Path:
+    """``FRAG_CACHE_DIR`` (default ``~/.cache/frag_utils``): holds one cache per numerics mode."""
+    return Path(os.environ.get("FRAG_CACHE_DIR", Path.home() / ".cache" / "frag_utils"))
+
+
 def cache_dir() -> Path:
-    """Root of everything large and regenerable: model copies, checkpoints, scratch runs."""
-    root = Path(os.environ.get("FRAG_CACHE_DIR", Path.home() / ".cache" / "frag_utils"))
+    """Everything large and regenerable made in this process's numerics mode: model copies,
+    checkpoints, calibration norms, evaluations, scratch runs. One folder per mode under
+    :func:`cache_root` (:func:`frag_utils.numerics.cache_tag`, e.g. ``cpu-avx2-compatible-2t``):
+    a checkpoint trained with other kernels has other weights, and must not be reused as if not."""
+    from .numerics import cache_tag
+
+    root = cache_root() / cache_tag()
     root.mkdir(parents=True, exist_ok=True)
     return root
 

@@ -7,7 +7,7 @@ import sys
 import pytest
 import torch
 
-from frag_utils import calibration, cli, data, models, paths, pruning, runs
+from frag_utils import calibration, cli, data, models, numerics, paths, pruning, runs
 from frag_utils.calibration import CalibConfig
 
 from test_pruning import _sp_by_hand, check_frp_rows
@@ -42,15 +42,15 @@ def test_run_refuses_unknown_parameter():
 
 def _prune(tmp_path, *args):
     """``frag prune`` with its calibration cache in ``tmp_path`` (the embedded model copy is shared)."""
-    cache = tmp_path / "cache"
+    cache = tmp_path / "cache" / numerics.cache_tag()  # FRAG_CACHE_DIR holds one folder per numerics mode
     if not cache.exists():
-        cache.mkdir()
+        cache.mkdir(parents=True)
         shared = paths.cache_dir() / "models"
         shared.mkdir(exist_ok=True)
         (cache / "models").symlink_to(shared, target_is_directory=True)
     return subprocess.run([sys.executable, "-m", "frag_utils", "prune", *args], capture_output=True, text=True,
                           cwd=paths.REPO_ROOT, timeout=600,
-                          env={**os.environ, "FRAG_PROGRESS": "0", "FRAG_CACHE_DIR": str(cache)})
+                          env={**os.environ, "FRAG_PROGRESS": "0", "FRAG_CACHE_DIR": str(cache.parent)})
 
 
 def test_prune_frp_writes_checkpoint_and_record_that_match(tmp_path, tiny, tokenizer):

@@ -163,3 +163,20 @@ def test_device_and_dtype_resolve_as_documented(monkeypatch):
     assert numerics.resolve_device("auto") == "cuda"
     with pytest.raises(numerics.NumericsError, match="only 1 CUDA device"):
         numerics.resolve_device("cuda:1")
+
+
+def test_each_numerics_mode_has_its_own_cache(tmp_path, monkeypatch):
+    """A checkpoint trained with other kernels has other weights: a run in deterministic mode never
+    reuses what the CPU's own kernels (or another MKL branch, or thread count) made."""
+    from frag_utils import paths
+
+    assert numerics.cache_tag({}) == "cpu-avx2-compatible-2t"
+    assert numerics.cache_tag({"MKL_CBWR": "AVX2"}) == "cpu-avx2-avx2-2t"
+    assert numerics.cache_tag({"FRAG_THREADS": "4"}) == "cpu-avx2-compatible-4t"
+    assert numerics.cache_tag({"FRAG_DETERMINISTIC": "0", "MKL_CBWR": "AVX2"}) == "cpu-native"
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    compatible = paths.checkpoint_dir("tiny", "target")
+    monkeypatch.setenv("MKL_CBWR", "AVX2")
+    assert paths.checkpoint_dir("tiny", "target") != compatible
+    assert compatible.is_relative_to(tmp_path / "cpu-avx2-compatible-2t")

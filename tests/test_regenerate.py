@@ -17,7 +17,7 @@ def _collect(out: str, params: dict) -> None:
 
 def test_notebook_09_run_twice_writes_identical_tables_figures_and_provenance(tmp_path, monkeypatch):
     monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "cache"))  # the smoke run writes to its scratch
-    scratch = tmp_path / "cache" / "scratch" / "09_figures"
+    scratch = paths.cache_dir() / "scratch" / "09_figures"
     params = {"profile": "smol", "run_name": "", "n_boot": 50}
     copies = []
     for i in range(2):
