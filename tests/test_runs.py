@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from frag_utils import paths, runs
+from frag_utils import numerics, paths, runs
 from frag_utils.runs import RunError
 
 
@@ -445,7 +445,7 @@ def test_records_name_no_machine_path_and_read_back_into_this_cache(tmp_path, mo
     # another machine (another cache root) reads the record as pointing into its own cache
     monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "elsewhere"))
     assert records.read_json(run / runs.RESULTS_FILE)["results"]["unlearned"] == str(
-        tmp_path / "elsewhere" / "checkpoints" / "smol" / "unlearned_forget10--x")
+        tmp_path / "elsewhere" / numerics.cache_tag() / "checkpoints" / "smol" / "unlearned_forget10--x")
     assert runs.make_portable(run) == []  # idempotent
 
 
