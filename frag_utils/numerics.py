@@ -24,7 +24,7 @@ Makefile, ``import frag_utils`` (when torch is not yet imported; every notebook 
 torch), the runner (whose kernels inherit its environment) and the test suite all call or export it.
 Records made before 2026-11-25 (evening) used ``MKL_CBWR=AVX2``: they reproduce on Intel CPUs only.
 Whether ``COMPATIBLE`` gives the same bits on an Intel and an AMD CPU is MKL's documented promise,
-not yet measured here (``bench/numerics_fingerprint.py --compare`` on two machines says).
+not yet measured here (``scripts/numerics_fingerprint.py --compare`` on two machines says).
 :func:`status` says what a process actually runs with, and every record carries it.
 
 **bf16 weight storage** (``weights="bf16"``): OpenUnlearning loads Llama with

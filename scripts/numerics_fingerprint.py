@@ -5,9 +5,9 @@ an op whose hash differs is one whose result depends on the CPU. The inputs come
 generator (the same numbers on any CPU); the ops are those a training step of SmolLM2-135M runs
 (its shapes: hidden 576, MLP 1536, 9 heads of 64), forward and backward.
 
-    .venv/bin/python bench/numerics_fingerprint.py               # prints JSON
-    .venv/bin/python bench/numerics_fingerprint.py --out bench/results/numerics_fingerprint_<cpu>.json
-    .venv/bin/python bench/numerics_fingerprint.py --compare A.json B.json
+    .venv/bin/python scripts/numerics_fingerprint.py               # prints JSON
+    .venv/bin/python scripts/numerics_fingerprint.py --out bench/results/numerics_fingerprint_<cpu>.json
+    .venv/bin/python scripts/numerics_fingerprint.py --compare A.json B.json
 
 Measured so far (``bench/results/numerics_fingerprint_*.json``): see ``docs/reproducibility.md``.
 """
