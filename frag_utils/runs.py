@@ -590,32 +590,39 @@ def dependency_grid(specs: list[RunSpec]) -> list[RunSpec]:
     return universe + [s for s in specs if (s.notebook.stem, s.name) not in keys]
 
 
-# which recorded hash of a run's input is the weights of which upstream run: a notebook-05 record's
-# "original" is one of notebook 02's checkpoints, a notebook-06 record's "attacked" is the
-# "unlearned" checkpoint of the 05 run it names
-_READS = {"05_unlearn": ("02_target_and_gold", "original", None), "06_attacks": ("05_unlearn", "attacked", "unlearned")}
-
-
 def stale_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[str]:
     """The upstream runs whose current record names other weights than the ones ``spec``'s record
     read: ``spec`` was made from an earlier version of them (the upstream run was made again since),
-    and is to be made again too. Judged only where both records carry the sha256 (deterministic-mode
-    records); an unrecorded ``spec`` has nothing stale."""
-    if spec.notebook.stem not in _READS or not spec.is_complete():
+    and is to be made again too. Compared: a notebook-05 record's ``original`` with the target of
+    the profile's notebook-02 run, a gold run's ``unlearned`` with the gold model of the 02 run of
+    its split, a notebook-06 record's ``attacked`` with the ``unlearned`` model of the 05 run it
+    names. Judged only where both records carry the sha256 (deterministic-mode records); an
+    unrecorded ``spec`` has nothing stale.
+
+    Not covered: a cached checkpoint that differs from what its own record names (the runner
+    compares hashes only when it remakes a checkpoint), and notebook-02 runs of other splits,
+    which reuse the profile's target."""
+    stem, p = spec.notebook.stem, spec.params
+    if stem not in ("05_unlearn", "06_attacks") or not spec.is_complete():
         return []
-    upstream_nb, read_key, made_key = _READS[spec.notebook.stem]
-    read = _hashes(json.loads((spec.out_dir / RESULTS_FILE).read_text())["results"]).get(read_key)
-    if not read:
-        return []
+    read = _hashes(json.loads((spec.out_dir / RESULTS_FILE).read_text())["results"])
+    makers = [s for s in specs if s.notebook.stem == "02_target_and_gold" and s.params["profile"] == p.get("profile")]
+    checks = []  # (upstream run, the hash this record read, the key of that checkpoint in its record)
+    if stem == "05_unlearn":
+        if p.get("original") == "profile-target" and makers:  # the profile's one target (runs.needed_runs)
+            checks.append((makers[0], read.get("original"), "target"))
+        if p.get("method") == "gold" and p.get("gold") == "profile-gold":
+            checks += [(s, read.get("unlearned"), "gold") for s in makers
+                       if s.params.get("forget_split") == p.get("forget_split")]
+    else:
+        checks += [(s, read.get("attacked"), "unlearned") for s in specs
+                   if s.notebook.stem == "05_unlearn" and s.name == p.get("unlearned_run")]
     stale = []
-    for dep, _ in needed_runs(spec, specs):
-        if dep.notebook.stem != upstream_nb or not dep.is_complete():
+    for dep, got, key in checks:
+        if not got or not dep.is_complete():
             continue
-        if upstream_nb == "05_unlearn" and dep.name != spec.params.get("unlearned_run"):
-            continue  # a matched-norm run's record is read for its L2 only
-        made = _hashes(json.loads((dep.out_dir / RESULTS_FILE).read_text())["results"])
-        expected = {made[made_key]} if made_key and made.get(made_key) else set(made.values())
-        if expected and read not in expected:
+        made = _hashes(json.loads((dep.out_dir / RESULTS_FILE).read_text())["results"]).get(key)
+        if made and made != got and f"{dep.notebook.stem}/{dep.name}" not in stale:
             stale.append(f"{dep.notebook.stem}/{dep.name}")
     return stale
 

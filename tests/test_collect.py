@@ -188,3 +188,27 @@ def test_a_record_made_from_earlier_weights_of_its_input_is_stale_and_made_again
     log = runs.run_grid([spec], universe=specs)
     assert calls == [("05_unlearn", PRECISION_GA, True)]
     assert log[-1]["reason"] == "its inputs were made again"
+
+
+def test_a_gold_run_is_stale_when_its_gold_model_was_made_again_and_not_for_another_checkpoint(copied_runs):
+    """A gold run's output is notebook 02's gold model: made again (other hash), the gold run and
+    its attacks describe a model the grid no longer has. Its target hash alone decides nothing."""
+    specs = runs.grid("smol")
+    gold = next(s for s in specs if s.name == "smol__method=gold")
+    two = json.loads((copied_runs / "02_target_and_gold" / "smol" / "results.json").read_text())
+    hashes = two["results"]["checkpoint_sha256"]
+    file = copied_runs / "05_unlearn" / gold.name / "results.json"
+    rec = json.loads(file.read_text())
+    rec["results"]["checkpoint_sha256"] = {"original": hashes["target"], "unlearned": hashes["gold"]}
+    file.write_text(json.dumps(rec))
+    assert runs.stale_inputs(gold, specs) == []
+    rec["results"]["checkpoint_sha256"]["unlearned"] = "1" * 64  # made from an earlier gold model
+    file.write_text(json.dumps(rec))
+    assert runs.stale_inputs(gold, specs) == ["02_target_and_gold/smol"]
+    # the target's hash stands for the target only: a record whose "original" is the gold model's is stale
+    precision = next(s for s in specs if s.name == PRECISION_GA)
+    file = copied_runs / "05_unlearn" / PRECISION_GA / "results.json"
+    rec = json.loads(file.read_text())
+    rec["results"]["checkpoint_sha256"]["original"] = hashes["gold"]
+    file.write_text(json.dumps(rec))
+    assert runs.stale_inputs(precision, specs) == ["02_target_and_gold/smol"]
