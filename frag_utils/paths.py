@@ -76,7 +76,8 @@ def run_dir(notebook: str, run_name: str) -> Path:
 # How a record names a place in the cache: the cache root differs between machines (and between
 # runs with FRAG_CACHE_DIR set), so records store paths under it relative to this token, and
 # paths in the repository relative to the repository (runs.make_portable writes them so;
-# records.read_json expands the token again).
+# records.read_json expands the token again). The token stands for this numerics mode's folder
+# (:func:`cache_dir`, ``$FRAG_CACHE_DIR/<mode>``), in which the record's run was made.
 CACHE_TOKEN = "$FRAG_CACHE_DIR"
 
 
