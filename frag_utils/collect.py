@@ -114,8 +114,7 @@ class Collection:
         self.stale_methods = [r["run"] for r in found_05 if made_from_earlier_inputs(r)]
         self.method_runs = [r for r in found_05 if r["run"] not in self.stale_methods]
         self.method_by_run = {_name(r): r for r in self.method_runs}
-        self.defaults_06 = {k: v["default"] for k, v in
-                            runs.declared_parameters(runs.resolve_notebook("06_attacks")).items()}
+        self.defaults_06 = runs.notebook_defaults("06_attacks")
         found = {runs.params_key(r["provenance"]["params"], self.defaults_06): r
                  for r in recorded_runs("06_attacks", profile)}
         # stale: the copied pre-attack properties of the unlearned weights no longer match its 05 run
@@ -541,8 +540,7 @@ class Collection:
         parameters (a user's rerun or own file): the attacks beside the grid's ΔES for the same model and attack data
         (``grid_delta_es``), and the notebook-05 runs."""
         specs = runs.grid(self.profile) if self.profile in runs.profiles() else []
-        defaults = {nb: {k: v["default"] for k, v in runs.declared_parameters(runs.resolve_notebook(nb)).items()}
-                    for nb in ("05_unlearn", "06_attacks")}
+        defaults = {nb: runs.notebook_defaults(nb) for nb in ("05_unlearn", "06_attacks")}
 
         def identity(notebook, params):  # a record the grid holds under another name is the grid's
             return notebook, runs.params_key(params, defaults[notebook], notebook=notebook)

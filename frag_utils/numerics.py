@@ -36,7 +36,6 @@ portable, deterministic, and on a GPU close to native bf16 training (tested on a
 from __future__ import annotations
 
 import os
-import re
 import sys
 from typing import Iterable
 
@@ -85,8 +84,9 @@ def cache_tag(environ: dict | None = None) -> str:
         return "cpu-native"
     aten = environ.get("ATEN_CPU_CAPABILITY", DETERMINISTIC_ENV["ATEN_CPU_CAPABILITY"])
     mkl = environ.get("MKL_CBWR", DETERMINISTIC_ENV["MKL_CBWR"])
-    tag = f"cpu-{aten}-{mkl}-{deterministic_threads(environ)}t".lower()
-    return re.sub(r"[^a-z0-9._-]+", "-", tag)
+    from .paths import safe_name
+
+    return safe_name(f"cpu-{aten}-{mkl}-{deterministic_threads(environ)}t".lower())
 
 
 def deterministic_threads(environ: dict | None = None) -> int:

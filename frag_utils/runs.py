@@ -224,6 +224,11 @@ def applies(notebook: str, key: str, params: dict) -> bool:
 _KERNEL_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "open"}  # IPython's own variables
 
 
+def notebook_defaults(notebook: str | Path) -> dict:
+    """Each declared parameter of ``notebook`` (a stem or a path) with its default value."""
+    return {k: v["default"] for k, v in declared_parameters(resolve_notebook(notebook)).items()}
+
+
 def current_params(notebook: str, namespace: dict) -> dict:
     """Inside a notebook: the values of its declared parameters, for the record.
 
@@ -303,7 +308,7 @@ class RunSpec:
             recorded = json.loads(results.read_text())["provenance"]["params"]
         except (json.JSONDecodeError, KeyError):
             return False
-        defaults = {k: v["default"] for k, v in declared_parameters(self.notebook).items()}
+        defaults = notebook_defaults(self.notebook)
         stem = self.notebook.stem
         return params_key(recorded, defaults, stem) == params_key(self.params, defaults, stem)
 
@@ -321,7 +326,7 @@ def plan_run(notebook: str, params_file: str | Path | None = None, overrides: di
     # that apply to the run, unless the file keeps the old naming)
     varying = {k for k in set().union(*bases) if len({repr(b.get(k)) for b in bases}) > 1}
     specs = []
-    defaults = {k: v["default"] for k, v in declared_parameters(nb).items()}
+    defaults = notebook_defaults(nb)
     for base in bases:
         params = {**defaults, **check_parameters(nb, {**base, **overrides})}
         named = {k: v for k, v in params.items()
@@ -543,23 +548,25 @@ def _missing(spec: RunSpec) -> list[Path]:
     return [c for c in made_checkpoints(spec) if not any(c.glob("*.safetensors"))]
 
 
-def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, bool]]:
-    """``(notebook, run name, record only)`` of every run ``spec`` reads from (see :func:`needed_runs`),
-    whether or not ``specs`` holds it."""
+def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, bool, tuple[str, str] | None]]:
+    """``(notebook, run name, record only, hashes)`` of every run ``spec`` reads from (see
+    :func:`needed_runs`), whether or not ``specs`` holds it. ``hashes`` is ``(key in spec's
+    checkpoint_sha256, key in the input's)`` where ``spec`` reads the input's weights and its record
+    names them (:func:`stale_inputs`), else None."""
     nb, p = spec.notebook.stem, spec.params
     makers = [s for s in specs if s.notebook.stem == "02_target_and_gold" and s.params["profile"] == p.get("profile")]
-    names: list[tuple[str, str, bool]] = []
+    names: list[tuple[str, str, bool, tuple[str, str] | None]] = []
     if p.get("original") == "profile-target" and makers:  # every 02 run of a profile trains its one target
-        names.append(("02_target_and_gold", makers[0].name, False))
+        names.append(("02_target_and_gold", makers[0].name, False, ("original", "target")))
     if nb == "05_unlearn" and p.get("method") == "gold" and p.get("gold") == "profile-gold":
-        names += [("02_target_and_gold", s.name, False) for s in makers
+        names += [("02_target_and_gold", s.name, False, ("unlearned", "gold")) for s in makers
                   if s.params["forget_split"] == p["forget_split"]]
     if nb == "05_unlearn" and p.get("match_l2_run"):
-        names.append(("05_unlearn", p["match_l2_run"], True))
+        names.append(("05_unlearn", p["match_l2_run"], True, None))
     if nb == "06_attacks" and p.get("unlearned_run"):
-        names.append(("05_unlearn", p["unlearned_run"], False))
+        names.append(("05_unlearn", p["unlearned_run"], False, ("attacked", "unlearned")))
     if nb == "07_ablations" and p.get("unlearned_runs") not in (None, "", "all"):
-        names += [("05_unlearn", n.strip(), False) for n in p["unlearned_runs"].split(",") if n.strip()]
+        names += [("05_unlearn", n.strip(), False, None) for n in p["unlearned_runs"].split(",") if n.strip()]
     return names
 
 
@@ -571,7 +578,7 @@ def needed_runs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[RunSpec, bool
     only). ``unlearned_runs: all`` in notebook 07 names no runs in advance and is not covered."""
     by_name = {(s.notebook.stem, s.name): s for s in specs}
     found: dict[tuple[str, str], bool] = {}
-    for stem, name, record_only in _named_inputs(spec, specs):
+    for stem, name, record_only, _ in _named_inputs(spec, specs):
         if (stem, name) in by_name:
             found[(stem, name)] = found.get((stem, name), True) and record_only
     return [(by_name[k], record_only) for k, record_only in found.items()]
@@ -593,37 +600,28 @@ def dependency_grid(specs: list[RunSpec]) -> list[RunSpec]:
 def stale_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[str]:
     """The upstream runs whose current record names other weights than the ones ``spec``'s record
     read: ``spec`` was made from an earlier version of them (the upstream run was made again since),
-    and is to be made again too. Compared: a notebook-05 record's ``original`` with the target of
-    the profile's notebook-02 run, a gold run's ``unlearned`` with the gold model of the 02 run of
-    its split, a notebook-06 record's ``attacked`` with the ``unlearned`` model of the 05 run it
-    names. Judged only where both records carry the sha256 (deterministic-mode records); an
-    unrecorded ``spec`` has nothing stale.
+    and is to be made again too. Compared (:func:`_named_inputs` names the pairs): a notebook-05
+    record's ``original`` with the target of the profile's notebook-02 run, a gold run's
+    ``unlearned`` with the gold model of the 02 run of its split, a notebook-06 record's
+    ``attacked`` with the ``unlearned`` model of the 05 run it names. Judged only where both
+    records carry the sha256 (deterministic-mode records); an unrecorded ``spec`` has nothing stale.
 
     Not covered: a cached checkpoint that differs from what its own record names (the runner
     compares hashes only when it remakes a checkpoint), and notebook-02 runs of other splits,
     which reuse the profile's target."""
-    stem, p = spec.notebook.stem, spec.params
-    if stem not in ("05_unlearn", "06_attacks") or not spec.is_complete():
+    inputs = [i for i in _named_inputs(spec, specs) if i[3]]
+    if not inputs or not spec.is_complete():
         return []
     read = _hashes(json.loads((spec.out_dir / RESULTS_FILE).read_text())["results"])
-    makers = [s for s in specs if s.notebook.stem == "02_target_and_gold" and s.params["profile"] == p.get("profile")]
-    checks = []  # (upstream run, the hash this record read, the key of that checkpoint in its record)
-    if stem == "05_unlearn":
-        if p.get("original") == "profile-target" and makers:  # the profile's one target (runs.needed_runs)
-            checks.append((makers[0], read.get("original"), "target"))
-        if p.get("method") == "gold" and p.get("gold") == "profile-gold":
-            checks += [(s, read.get("unlearned"), "gold") for s in makers
-                       if s.params.get("forget_split") == p.get("forget_split")]
-    else:
-        checks += [(s, read.get("attacked"), "unlearned") for s in specs
-                   if s.notebook.stem == "05_unlearn" and s.name == p.get("unlearned_run")]
+    by_name = {(s.notebook.stem, s.name): s for s in specs}
     stale = []
-    for dep, got, key in checks:
-        if not got or not dep.is_complete():
+    for stem, name, _, (read_key, made_key) in inputs:
+        dep = by_name.get((stem, name))
+        if not read.get(read_key) or dep is None or not dep.is_complete():
             continue
-        made = _hashes(json.loads((dep.out_dir / RESULTS_FILE).read_text())["results"]).get(key)
-        if made and made != got and f"{dep.notebook.stem}/{dep.name}" not in stale:
-            stale.append(f"{dep.notebook.stem}/{dep.name}")
+        made = _hashes(json.loads((dep.out_dir / RESULTS_FILE).read_text())["results"]).get(made_key)
+        if made and made != read[read_key] and f"{stem}/{name}" not in stale:
+            stale.append(f"{stem}/{name}")
     return stale
 
 
@@ -631,7 +629,7 @@ def _check_inputs_known(spec: RunSpec, specs: list[RunSpec]) -> None:
     """Refuse a run that names a run to read from that is neither recorded nor in ``specs``:
     nothing could make it, and the notebook would fail on its missing record."""
     known = {(s.notebook.stem, s.name) for s in specs}
-    for stem, name, _ in _named_inputs(spec, specs):
+    for stem, name, _, _ in _named_inputs(spec, specs):
         if (stem, name) not in known and not (paths.RUNS_DIR / stem / name / RESULTS_FILE).is_file():
             raise RunError(
                 f"{spec.notebook.stem}/{spec.name} reads from {stem}/{name}, which has no record in "
@@ -672,8 +670,10 @@ def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checke
     _check_inputs_known(spec, specs)
     for dep, record_only in needed_runs(spec, specs):
         key = (dep.notebook.stem, dep.name)
+        if key in checked:
+            continue
         stale = stale_inputs(dep, specs)
-        if key in checked or (dep.is_complete() and not stale and (record_only or not _missing(dep))):
+        if dep.is_complete() and not stale and (record_only or not _missing(dep)):
             continue
         _restore_needed(dep, specs, log, checked)
         if stale:  # made from earlier weights of its own inputs: made again, not compared with its record
