@@ -7,6 +7,7 @@ STAMP := $(VENV)/.frag-installed
 PROFILE ?= smol
 SELECT ?=
 FORCE ?=
+KEEP_REMADE ?=
 export FRAG_PROGRESS ?= 0
 # Deterministic mode (frag_utils/numerics.py): fp32, torch's AVX2 kernels, MKL's one code path for
 # every x86-64 vendor (COMPATIBLE), a fixed thread count. FRAG_DETERMINISTIC=0 opts out (faster
@@ -42,7 +43,7 @@ test-notebooks: $(STAMP)
 	$(PY) -m pytest --nbval-lax notebooks/ -q -p no:cacheprovider
 
 reproduce: $(STAMP)
-	$(PY) -m frag_utils reproduce --profile $(PROFILE) $(if $(SELECT),--select $(SELECT),) $(if $(FORCE),--force,)
+	$(PY) -m frag_utils reproduce --profile $(PROFILE) $(if $(SELECT),--select $(SELECT),) $(if $(FORCE),--force,) $(if $(KEEP_REMADE),--keep-remade,)
 
 # make verify RUN=02_target_and_gold/tiny: remake a recorded run (and what it reads) from an empty cache, compare
 verify: $(STAMP)

@@ -136,7 +136,7 @@ def _run(args: argparse.Namespace) -> list[dict]:
     universe = runs.dependency_grid(specs)  # upstream runs are remade as `frag reproduce` remakes them
     log: list[dict] = []
     try:
-        return runs.run_grid(specs, force=args.force, universe=universe, log=log)
+        return runs.run_grid(specs, force=args.force, universe=universe, log=log, keep_remade=args.keep_remade)
     finally:
         where = (f"record: {runs.repo_relative(specs[0].out_dir)}/" if len(specs) == 1 else
                  f"records: {runs.repo_relative(paths.RUNS_DIR / specs[0].notebook.stem)}/<run>/ for the {len(specs)} "
@@ -154,7 +154,7 @@ def _reproduce(args: argparse.Namespace) -> list[dict]:
     chosen = [n for n in names if not args.select or args.select in n]
     log: list[dict] = []
     try:
-        return runs.run_grid(specs, force=args.force, select=args.select, log=log)
+        return runs.run_grid(specs, force=args.force, select=args.select, log=log, keep_remade=args.keep_remade)
     finally:
         where = (f"records: {runs.repo_relative(paths.RUNS_DIR)}/<notebook>/{args.profile}*/; tables and figures: "
                  f"{runs.repo_relative(paths.FIGURES_DIR / args.profile)}/ (collected by notebook 09_figures)")
@@ -188,6 +188,10 @@ def _dry_run(args: argparse.Namespace) -> list[dict]:
     print(f"paper dry run: {len(log)} runs ({sum(e['status'] == 'done' for e in log)} made) on {args.device}; "
           f"records in {root}/papermill_runs, figures in {root}/figures/paper", flush=True)
     return log
+
+
+KEEP_HELP = ("when a checkpoint remade here (missing from the cache) differs from its record, go on with it; "
+             "what is made from it is listed as yours by notebook 09, never in the grid's tables")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -284,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--select", action="append", default=[], metavar="TEXT",
                      help="only the runs whose '<notebook>/<run>' name holds TEXT (repeat: every one)")
     run.add_argument("--force", action="store_true", help="rerun even if a complete record exists")
+    run.add_argument("--keep-remade", action="store_true", help=KEEP_HELP)
     run.set_defaults(func=_run)
 
     known = profiles()  # the folders of papermill_runs/params/
@@ -292,6 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a folder of papermill_runs/params/ (default: smol)")
     rep.add_argument("--select", default=None, help="only runs whose '<notebook>/<run>' contains this")
     rep.add_argument("--force", action="store_true")
+    rep.add_argument("--keep-remade", action="store_true", help=KEEP_HELP)
     rep.set_defaults(func=_reproduce)
     return parser
 

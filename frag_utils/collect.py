@@ -94,6 +94,9 @@ class Collection:
             ones (``stale``: the 05 run they attacked was redone or removed since, or its record
             names other weights than the attack read).
         attacks: those of ``forget_split``.
+        remade: run -> the upstream runs whose weights it read as remade on this machine, where
+            they differ from their records (:func:`frag_utils.runs.remade_inputs`); such runs
+            (``mine_05``, ``mine_06``) are in no grid table, only in :meth:`other_runs`.
         sources: table name -> the runs it was built from (filled as tables are built);
             ``provenance``: table name -> the rules that chose its rows, where a parameter did.
     """
@@ -102,28 +105,37 @@ class Collection:
         self.profile, self.forget_split = profile, forget_split
         self.params_dir = paths.PARAMS_DIR / profile
         # a record made from earlier weights of its inputs than their records now name (the input
-        # was made again since) is left out, and said: it describes a model the grid no longer has
+        # was made again since) is left out, and said: it describes a model the grid no longer has.
+        # One made from weights remade on this machine that differ from their record (frag run
+        # --keep-remade) is of this machine's lineage: never in the grid's tables, listed as the user's.
         specs = runs.grid(profile) if profile in runs.profiles() else []
         by_name = {f"{s.notebook.stem}/{s.name}": s for s in specs}
 
-        def made_from_earlier_inputs(record):
-            spec = by_name.get(record["run"])
-            return bool(spec and runs.stale_inputs(spec, specs))
+        def inputs(record) -> dict[str, str]:  # upstream run -> "stale" | "remade", of a user's record too
+            spec = by_name.get(record["run"]) or runs.recorded_spec(*record["run"].split("/", 1))
+            return dict(runs.input_states(spec, specs)) if spec else {}
 
         found_05 = recorded_runs("05_unlearn", profile)
-        self.stale_methods = [r["run"] for r in found_05 if made_from_earlier_inputs(r)]
-        self.method_runs = [r for r in found_05 if r["run"] not in self.stale_methods]
+        found_06 = recorded_runs("06_attacks", profile)
+        states = {r["run"]: inputs(r) for r in found_05 + found_06}
+        self.remade = {run: sorted(n for n, v in st.items() if v == "remade") for run, st in states.items()
+                       if "remade" in st.values() and "stale" not in st.values()}
+        self.stale_methods = [r["run"] for r in found_05 if "stale" in states[r["run"]].values()]
+        self.mine_05 = [r for r in found_05 if r["run"] in self.remade]
+        self.method_runs = [r for r in found_05 if r["run"] not in self.stale_methods and r["run"] not in self.remade]
         self.method_by_run = {_name(r): r for r in self.method_runs}
         self.defaults_06 = runs.notebook_defaults("06_attacks")
         found = {runs.params_key(r["provenance"]["params"], self.defaults_06): r
-                 for r in recorded_runs("06_attacks", profile)}
+                 for r in found_06 if r["run"] not in self.remade}
+        self.mine_06 = [r for r in found_06 if r["run"] in self.remade]
+
         # stale: the copied pre-attack properties of the unlearned weights no longer match its 05 run
         def attacked_other_weights(r):
             u = r["results"]["unlearned_run"]
             return bool(u) and (u not in self.method_by_run or any(
                 _row(r)[k] != _row(self.method_by_run[u])[k] for k in ("FRAG_x100", "l2_all")))
 
-        self.stale = [r["run"] for r in found.values() if made_from_earlier_inputs(r) or attacked_other_weights(r)]
+        self.stale = [r["run"] for r in found.values() if "stale" in states[r["run"]].values() or attacked_other_weights(r)]
         self.all_attacks = {k: r for k, r in found.items() if r["run"] not in self.stale}
         self.attacks = {k: r for k, r in self.all_attacks.items() if _row(r)["forget_split"] == forget_split}
         self.sources: dict[str, list[str]] = {}
@@ -551,8 +563,9 @@ class Collection:
         def user_run(notebook, r):
             return r["run"] not in in_grid and identity(notebook, r["provenance"]["params"]) not in in_grid
 
-        other_05 = [r for r in self.method_runs if user_run("05_unlearn", r)]
-        other_06 = [r for r in recorded_runs("06_attacks", self.profile) if user_run("06_attacks", r)]
+        other_05 = [r for r in self.method_runs if user_run("05_unlearn", r)] + self.mine_05
+        other_06 = [r for r in recorded_runs("06_attacks", self.profile) if r["run"] not in self.stale
+                    and r["run"] not in self.remade and user_run("06_attacks", r)] + self.mine_06
         by_run = {r["run"]: r for r in self.all_attacks.values()}
         grid_fr = {(_row(by_run[n])["unlearned_run"], _row(by_run[n])["attack_data"]): _row(by_run[n])["delta_es"]
                    for n in main_attack_runs}
@@ -562,13 +575,17 @@ class Collection:
              "es_after": _row(r)["es_after"], "delta_es": _row(r)["delta_es"],
              "model_utility_after": _row(r)["model_utility_after"],
              "grid_delta_es": grid_fr.get((_row(r)["unlearned_run"], _row(r)["attack_data"]), float("nan")),
-             "run": r["run"]} for r in other_06])
-        methods = self._method_frame(other_05)
+             "made_from": self.made_from(r), "run": r["run"]} for r in other_06])
+        methods = self._method_frame(other_05).assign(made_from=[self.made_from(r) for r in other_05])
         self.sources["other_runs_attacks"] = list(attacks_.run) if len(attacks_) else []
         self.sources["other_runs_unlearning"] = list(methods.run)
         print(f"runs outside the profile's parameter files: {len(methods)} of notebook 05, "
               f"{len(attacks_)} of notebook 06")
         return attacks_, methods
+
+    def made_from(self, record: dict) -> str:
+        """``recorded``, or the runs whose weights it read as remade on this machine (not as recorded)."""
+        return "remade " + ", ".join(self.remade[record["run"]]) if record["run"] in self.remade else "recorded"
 
     # -- what the figures plot -------------------------------------------------------------------
     def per_layer_frag(self) -> pd.DataFrame:

@@ -17,6 +17,7 @@ import json
 import os
 import re
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -536,16 +537,65 @@ def made_checkpoints(spec: RunSpec) -> list[Path]:
     (never absolute paths) are not checkpoints of this machine and are left out.
     """
     results_file = spec.out_dir / RESULTS_FILE
-    if spec.notebook.stem not in ("02_target_and_gold", "05_unlearn") or not results_file.is_file():
+    if not results_file.is_file():
         return []
-    results = paths.expand_cached(json.loads(results_file.read_text()))["results"]
-    named = list(results.get("checkpoints", {}).values()) if spec.notebook.stem == "02_target_and_gold" \
-        else [results.get("unlearned", "")]
-    return [Path(c) for c in named if c and os.path.isabs(c)]
+    return list(_made(json.loads(results_file.read_text())["results"], spec.notebook.stem).values())
+
+
+def _made(results: dict, notebook: str) -> dict[str, Path]:
+    """Role (its key in ``checkpoint_sha256``) -> local path of each checkpoint a record names as made."""
+    if notebook not in ("02_target_and_gold", "05_unlearn"):
+        return {}
+    named = results.get("checkpoints", {}) if notebook == "02_target_and_gold" else {"unlearned": results.get("unlearned", "")}
+    return {k: Path(c) for k, c in paths.expand_cached(named).items() if c and os.path.isabs(c)}
 
 
 def _missing(spec: RunSpec) -> list[Path]:
-    return [c for c in made_checkpoints(spec) if not any(c.glob("*.safetensors"))]
+    return [c for c in made_checkpoints(spec) if _missing_checkpoint(c)]
+
+
+REMADE_DIR = "remade"  # in the cache: records of runs remade here that did not reproduce their record
+_SHA_MEMO: dict[tuple, str | None] = {}
+
+
+def remade_record_dir(spec: RunSpec) -> Path:
+    """Where the record of a recorded run remade on this machine is kept when it does not reproduce
+    the committed one: in this numerics mode's cache, beside the checkpoint it describes. The
+    committed record stays as it was (it describes the checkpoint the grid's other runs read)."""
+    return paths.cache_dir() / REMADE_DIR / spec.notebook.stem / spec.name
+
+
+def _checkpoint_sha256(folder: Path) -> str | None:
+    """:func:`frag_utils.models.weights_sha256` of a cached checkpoint, read once per state of its files."""
+    files = sorted(folder.glob("*.safetensors"))
+    key = (str(folder), *((f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files))
+    if key not in _SHA_MEMO:
+        from .models import weights_sha256  # imports torch: only where a remade record is to be checked
+
+        _SHA_MEMO[key] = weights_sha256(folder) if files else None
+    return _SHA_MEMO[key]
+
+
+def remade_results(spec: RunSpec) -> dict | None:
+    """The results of ``spec`` as remade on this machine (:func:`remade_record_dir`), when they
+    differ from its record and the checkpoints they name are the ones in the cache now (each
+    weights hash compared); else None. A remade record whose checkpoints were replaced since (the
+    original put back, made again) is removed."""
+    file = remade_record_dir(spec) / RESULTS_FILE
+    if not file.is_file():
+        return None
+    results = json.loads(file.read_text())["results"]
+    sha = _hashes(results)
+    made = _made(results, spec.notebook.stem)
+    if made and all(role in sha and _checkpoint_sha256(path) == sha[role] for role, path in made.items()):
+        return results
+    if not any(_missing_checkpoint(path) for path in made.values()):  # replaced, not just absent
+        shutil.rmtree(file.parent, ignore_errors=True)
+    return None
+
+
+def _missing_checkpoint(path: Path) -> bool:
+    return not any(path.glob("*.safetensors"))
 
 
 def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, bool, tuple[str, str] | None]]:
@@ -604,25 +654,49 @@ def stale_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[str]:
     record's ``original`` with the target of the profile's notebook-02 run, a gold run's
     ``unlearned`` with the gold model of the 02 run of its split, a notebook-06 record's
     ``attacked`` with the ``unlearned`` model of the 05 run it names. Judged only where both
-    records carry the sha256 (deterministic-mode records); an unrecorded ``spec`` has nothing stale.
+    records carry the sha256; an unrecorded ``spec`` has nothing stale. Weights that match the
+    upstream run as remade on this machine (:func:`remade_inputs`) are not stale.
 
-    Not covered: a cached checkpoint that differs from what its own record names (the runner
-    compares hashes only when it remakes a checkpoint), and notebook-02 runs of other splits,
-    which reuse the profile's target."""
+    Not covered: a cached checkpoint that differs from what its own record names, unless it was
+    remade by the runner (:func:`remade_results`), and notebook-02 runs of other splits, which
+    reuse the profile's target."""
+    return [name for name, state in input_states(spec, specs) if state == "stale"]
+
+
+def remade_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[str]:
+    """The upstream runs whose weights ``spec``'s record read were not the recorded ones but those
+    remade on this machine (:func:`remade_results`, kept with ``keep_remade``): ``spec`` is a
+    run of this machine's lineage, not of the recorded grid."""
+    return [name for name, state in input_states(spec, specs) if state == "remade"]
+
+
+def input_states(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str]]:
+    """``(upstream run, "stale" | "remade")`` for each input whose weights ``spec``'s record read
+    are not the ones the upstream record names (see :func:`stale_inputs`)."""
     inputs = [i for i in _named_inputs(spec, specs) if i[3]]
     if not inputs or not spec.is_complete():
         return []
     read = _hashes(json.loads((spec.out_dir / RESULTS_FILE).read_text())["results"])
     by_name = {(s.notebook.stem, s.name): s for s in specs}
-    stale = []
+    states: dict[str, str] = {}
     for stem, name, _, (read_key, made_key) in inputs:
-        dep = by_name.get((stem, name))
+        dep = by_name.get((stem, name)) or recorded_spec(stem, name)
         if not read.get(read_key) or dep is None or not dep.is_complete():
             continue
         made = _hashes(json.loads((dep.out_dir / RESULTS_FILE).read_text())["results"]).get(made_key)
-        if made and made != read[read_key] and f"{stem}/{name}" not in stale:
-            stale.append(f"{stem}/{name}")
-    return stale
+        if made and made != read[read_key] and f"{stem}/{name}" not in states:
+            remade = remade_results(dep)
+            here = remade is not None and _hashes(remade).get(made_key) == read[read_key]
+            states[f"{stem}/{name}"] = "remade" if here else "stale"
+    return list(states.items())
+
+
+def recorded_spec(notebook: str, name: str) -> RunSpec | None:
+    """A recorded run by its folder (one no parameter file names: a user's run read by another)."""
+    results = paths.RUNS_DIR / notebook / name / RESULTS_FILE
+    if not results.is_file():
+        return None
+    return RunSpec(resolve_notebook(notebook), json.loads(results.read_text())["provenance"]["params"], name)
 
 
 def _check_inputs_known(spec: RunSpec, specs: list[RunSpec]) -> None:
@@ -659,13 +733,19 @@ def _execute_logged(spec: RunSpec, force: bool, log: list[dict], reason: str = "
     return entry
 
 
-def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checked: set) -> None:
-    """Before ``spec`` runs: every run it reads from is run if unrecorded, and rerun if it is
+def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checked: set,
+                    keep_remade: bool = False) -> None:
+    """Before ``spec`` runs: every run it reads from is run if unrecorded, and remade if it is
     recorded but its checkpoint is missing from the cache (a fresh machine), what those read from
     first. ``checked`` holds the runs already seen to be in place (or made) during this grid.
 
+    A remade run is compared with its record (:func:`_settle_remade`): the committed record is
+    kept either way. One that differs stops the grid unless ``keep_remade``; so does a cached
+    checkpoint remade earlier that differs from its record.
+
     Raises:
         RunError: ``spec`` names a run that is neither recorded nor in ``specs``.
+        RemadeDiffers: see above.
     """
     _check_inputs_known(spec, specs)
     for dep, record_only in needed_runs(spec, specs):
@@ -674,63 +754,100 @@ def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checke
             continue
         stale = stale_inputs(dep, specs)
         if dep.is_complete() and not stale and (record_only or not _missing(dep)):
+            if not record_only and not keep_remade and remade_results(dep) is not None:
+                raise RemadeDiffers(_remade_message(dep, "Its checkpoint in the cache was remade earlier on this "
+                                                         "machine and differs from its record"))
+            checked.add(key)
             continue
-        _restore_needed(dep, specs, log, checked)
+        _restore_needed(dep, specs, log, checked, keep_remade)
         if stale:  # made from earlier weights of its own inputs: made again, not compared with its record
             _execute_logged(dep, True, log, f"needed by {spec.notebook.stem}/{spec.name}; its record read earlier "
                             f"weights of {', '.join(stale)}")
             checked.add(key)
             continue
         missing = [] if record_only else _missing(dep)  # after its inputs: 05 gold's checkpoint is 02's
-        if not dep.is_complete() or missing:
-            recorded = json.loads((dep.out_dir / RESULTS_FILE).read_text()) if missing else None
-            _execute_logged(dep, bool(missing), log, f"needed by {spec.notebook.stem}/{spec.name}"
-                            + (": its checkpoint is not in the cache" if missing else ""))
-            if missing:
-                env = recorded["provenance"].get("environment", {})
-                _check_remade(dep, recorded["results"], env.get("cpu_model"), env.get("numerics", {}).get("mkl_cbwr"))
+        if not dep.is_complete():
+            _execute_logged(dep, False, log, f"needed by {spec.notebook.stem}/{spec.name}")
+        elif missing:
+            committed = Path(tempfile.mkdtemp(prefix="frag_record_")) / dep.name
+            shutil.copytree(dep.out_dir, committed)
+            try:
+                _execute_logged(dep, True, log, f"needed by {spec.notebook.stem}/{spec.name}: its checkpoint is not "
+                                "in the cache")
+                _settle_remade(dep, committed, keep_remade)
+            finally:  # the committed record, whatever happened to the remake
+                shutil.rmtree(dep.out_dir, ignore_errors=True)
+                shutil.copytree(committed, dep.out_dir)
+                shutil.rmtree(committed.parent, ignore_errors=True)
         checked.add(key)
 
 
-def _check_remade(spec: RunSpec, recorded: dict, recorded_cpu: str | None = None,
-                  recorded_mkl: str | None = None) -> None:
-    """Stop the grid when a run remade for its missing checkpoint does not reproduce its record
-    (``recorded``: its results; ``recorded_cpu``: the CPU model its provenance names).
+def _settle_remade(spec: RunSpec, committed: Path, keep_remade: bool) -> None:
+    """After ``spec`` was remade for its missing checkpoint (its record in ``committed``): compare.
 
-    The other recorded runs were made from the checkpoint the record describes; a run made now
-    would read a different one, and the grid would mix the two without a trace in the tables.
+    The same numbers (wall times aside) and weights: the committed record describes the new
+    checkpoint too, and is put back as it was. Different: the remade record is kept in the cache
+    (:func:`remade_record_dir`) beside the checkpoint it describes, and the grid stops
+    (:class:`RemadeDiffers`), as the recorded runs that read the checkpoint were made from the old
+    one; with ``keep_remade`` it goes on, and what is made from the new checkpoint is of this
+    machine's lineage (:func:`remade_inputs`), listed as the user's by notebook 09.
     """
+    recorded = json.loads((committed / RESULTS_FILE).read_text())
     # the record was made on another machine, maybe with its cache elsewhere: where the checkpoints
     # lie is not what it reports, its numbers are
-    diff = record_differences(recorded, json.loads((spec.out_dir / RESULTS_FILE).read_text())["results"],
+    diff = record_differences(recorded["results"], json.loads((spec.out_dir / RESULTS_FILE).read_text())["results"],
                               any_location=True)
-    if diff:
-        where = repo_relative(spec.out_dir)
-        raise RemadeDiffers(
-            f"{spec.notebook.stem}/{spec.name} was remade because its checkpoint is not in the cache, and the remade "
-            f"run differs from its record in {len(diff)} place(s), e.g. {'; '.join(diff[:3])}. The records that read "
-            f"the old checkpoint were not made from the new one, so nothing more was run. Training on another machine "
-            f"is not bit-reproducible here (README, 'Reproducibility'). Either put the original checkpoint in the "
-            f"cache and restore the record (git checkout -- {where}), or rerun the whole profile (FORCE=1) so that "
-            f"every record reads the new one; the remade record is left in place, as it describes the cached "
-            f"checkpoint." + _vendor_note(recorded_cpu, recorded_mkl))
+    diff.sort(key=lambda d: d.startswith("/checkpoint_sha256"))  # the numbers say more than the hashes
+    kept = remade_record_dir(spec)
+    shutil.rmtree(kept, ignore_errors=True)
+    if not diff:
+        return
+    shutil.copytree(spec.out_dir, kept)
+    env = recorded["provenance"].get("environment", {})
+    message = _remade_message(spec, f"It was remade because its checkpoint is not in the cache, and the remade run "
+                                    f"differs from its record in {len(diff)} place(s), e.g. {'; '.join(diff[:3])}",
+                              env.get("cpu_model"), env.get("numerics", {}))
+    if not keep_remade:
+        raise RemadeDiffers(message)
+    print(f"{spec.notebook.stem}/{spec.name}: remade, differs from its record in {len(diff)} place(s); going on with "
+          f"the remade checkpoint (--keep-remade): what is made from it is listed as yours", flush=True)
 
 
-def _vendor_note(recorded_cpu: str | None, recorded_mkl: str | None = None) -> str:
-    """Why a record made on another CPU vendor's machine with MKL's Intel-only AVX2 branch cannot be
-    remade here (or nothing)."""
+def _remade_message(spec: RunSpec, what: str, recorded_cpu: str | None = None, recorded_numerics: dict | None = None) -> str:
+    """Why the grid stopped at a remade run that differs from its record, and the ways on."""
+    return (f"{spec.notebook.stem}/{spec.name}: {what}. Its committed record is unchanged; the remade record is kept "
+            f"beside the remade checkpoint, in {remade_record_dir(spec)}. Nothing more was run: the recorded runs that "
+            f"read this checkpoint were made from the recorded one. Training on another machine or in another numerics "
+            f"mode is not bit-reproducible (README, 'Reproducibility'). To go on with the remade checkpoint, add "
+            f"--keep-remade (make reproduce KEEP_REMADE=1): the runs made from it are listed as yours by notebook "
+            f"09 ('Other runs: yours', with the remade runs they read), never in the grid's tables. To use the "
+            f"recorded checkpoint instead, put it in the cache; to make every record from the new one, rerun the "
+            f"profile with FORCE=1." + _mode_note(recorded_cpu, recorded_numerics or {}))
+
+
+def _mode_note(recorded_cpu: str | None, recorded_numerics: dict) -> str:
+    """What differs between the numerics the record was made with and this machine's (or nothing)."""
     from . import records  # imports torch: only once a run has been remade
 
+    notes = []
+    recorded_mkl = recorded_numerics.get("mkl_cbwr")
     theirs, ours = records.cpu_vendor(recorded_cpu), records.cpu_vendor(records.cpu_description().get("cpu_model"))
-    if not theirs or not ours or theirs == ours or (recorded_mkl or "AVX2").upper() != "AVX2":
-        return ""
-    return (f" The record was made on an {theirs} CPU with MKL_CBWR=AVX2 and this one is {ours}: MKL's AVX2 "
-            f"reproducibility branch exists on Intel CPUs only, so such a record reproduces on Intel CPUs, not here "
-            f"(measured: docs/reproducibility.md, 'Across CPU vendors'); records made since use MKL_CBWR=COMPATIBLE.")
+    if theirs and ours and theirs != ours and (recorded_mkl or "AVX2").upper() == "AVX2":
+        notes.append(f"The record was made on an {theirs} CPU with MKL_CBWR=AVX2 and this one is {ours}: MKL's AVX2 "
+                     f"reproducibility branch exists on Intel CPUs only, so such a record reproduces on Intel CPUs, "
+                     f"not here (measured: docs/reproducibility.md, 'Across CPU vendors').")
+    now = {"aten_cpu_capability": os.environ.get("ATEN_CPU_CAPABILITY", "(unset)"),
+           "mkl_cbwr": os.environ.get("MKL_CBWR", "(unset)")}
+    changed = [f"{k.upper()}={recorded_numerics[k]} then, {now[k]} now" for k in now
+               if recorded_numerics.get(k) and str(recorded_numerics[k]).upper() != now[k].upper()]
+    if changed:
+        notes.append(f"The numerics mode differs from the record's ({'; '.join(changed)}): other kernels, other bits.")
+    return "".join(f" {n}" for n in notes)
 
 
 def run_grid(specs: list[RunSpec], force: bool = False, select: str | None = None,
-             universe: list[RunSpec] | None = None, log: list[dict] | None = None) -> list[dict]:
+             universe: list[RunSpec] | None = None, log: list[dict] | None = None,
+             keep_remade: bool = False) -> list[dict]:
     """Run every spec in order (skipping complete ones); ``select`` keeps runs whose name contains it.
 
     A run about to execute first gets the runs it reads checkpoints from (:func:`needed_runs`):
@@ -746,6 +863,9 @@ def run_grid(specs: list[RunSpec], force: bool = False, select: str | None = Non
             one notebook, :func:`dependency_grid` of them.
         log: a list the entries are appended to as they come (the caller keeps them when a run
             fails and the grid stops; the failed run's entry has status ``failed``).
+        keep_remade: go on when a run remade for its missing checkpoint differs from its record
+            (its committed record is kept; what is made from the remade checkpoint is of this
+            machine's lineage, :func:`remade_inputs`).
     Returns:
         The log: per run executed or skipped, ``run``, ``status`` (``done`` or ``skipped (complete)``),
         ``seconds``, and ``reason`` for a run made because another reads from it.
@@ -763,7 +883,7 @@ def run_grid(specs: list[RunSpec], force: bool = False, select: str | None = Non
             print(f"{spec.notebook.stem}/{spec.name}: recorded from earlier weights of {', '.join(stale)} than "
                   "their records now name; made again", flush=True)
         if force or stale or not spec.is_complete() or spec.notebook.stem in COLLECTORS:
-            _restore_needed(spec, universe, log, checked)
+            _restore_needed(spec, universe, log, checked, keep_remade)
         entry = _execute_logged(spec, force or bool(stale), log, "its inputs were made again" if stale else "")
         if entry["status"] == "done":  # made here: in place for what follows (a skipped one is checked when needed)
             checked.add((spec.notebook.stem, spec.name))

@@ -170,9 +170,14 @@ def test_run_that_cannot_remake_what_it_reads_stops_with_one_paragraph(fake_grid
     captured = capsys.readouterr()
     assert fake_grid["calls"] == ["02_target_and_gold/t"]
     err = captured.err.strip()
-    assert err.startswith("frag run: error: 02_target_and_gold/t was remade") and "\n" not in err
+    assert err.startswith("frag run: error: 02_target_and_gold/t: It was remade") and "\n" not in err
+    assert "add --keep-remade" in err
     assert "Traceback" not in err and "runs: 1 done, 0 skipped (complete), 0 failed, 1 not reached" in captured.out
     assert "record:" not in captured.out  # the run did not start: no record to point to
+    fake_grid["calls"].clear()  # going on with the remade target: it is not remade again
+    assert _main("run", "06_attacks", "-p", "profile", "t", "-p", "unlearned_run", "t__method=npo", "--keep-remade") == 0
+    assert fake_grid["calls"] == ["05_unlearn/t__method=npo", "06_attacks/t__unlearned_run=t__method=npo"]
+    assert "going on with the remade checkpoint" in capsys.readouterr().out
     assert _main("run", "06_attacks", "-p", "profile", "t", "-p", "unlearned_run", "t__method=nope") == 2
     err = capsys.readouterr().err.strip()
     assert "reads from 05_unlearn/t__method=nope, which has no record" in err and "\n" not in err

@@ -212,3 +212,43 @@ def test_a_gold_run_is_stale_when_its_gold_model_was_made_again_and_not_for_anot
     rec["results"]["checkpoint_sha256"]["original"] = hashes["gold"]
     file.write_text(json.dumps(rec))
     assert runs.stale_inputs(precision, specs) == ["02_target_and_gold/smol"]
+
+
+def test_a_run_made_from_weights_remade_here_is_listed_as_the_users_never_in_the_grid(copied_runs, tmp_path, monkeypatch):
+    """frag run --keep-remade: the 05 model was remade on this machine and differs from its record;
+    an attack of the remade weights is of this machine's lineage, even at the grid's own settings."""
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "cache"))
+    specs = runs.grid("smol")
+    ga = next(s for s in specs if s.name == PRECISION_GA)
+    remade = _record("05_unlearn", PRECISION_GA, copied_runs)
+    remade["results"]["checkpoint_sha256"]["unlearned"] = "a" * 64
+    runs.remade_record_dir(ga).mkdir(parents=True)
+    (runs.remade_record_dir(ga) / "results.json").write_text(json.dumps(remade))
+    cached = {"a" * 64}  # the weights hash of what the cache holds now
+    monkeypatch.setattr(runs, "_checkpoint_sha256", lambda folder: next(iter(cached)))
+    source = copied_runs / "06_attacks" / _attack_folders("smol__method=npo", copied_runs)["forget_retain"]
+    for folder, lr in (("mine_lr_1e-4", 1e-4), ("mine_grid_lr", None)):
+        shutil.copytree(source, copied_runs / "06_attacks" / folder)
+        rec = _record("06_attacks", folder, copied_runs)
+        rec["provenance"]["params"].update(unlearned_run=PRECISION_GA, **({"lr": lr} if lr else {}))
+        rec["results"]["row"].update(unlearned_run=PRECISION_GA, **({"lr": lr} if lr else {}))
+        rec["results"]["checkpoint_sha256"] = {"attacked": "a" * 64}
+        (copied_runs / "06_attacks" / folder / "results.json").write_text(json.dumps(rec))
+    grid = collect.Collection("smol")
+    mine = {"06_attacks/mine_lr_1e-4", "06_attacks/mine_grid_lr"}
+    assert grid.remade == {run: [f"05_unlearn/{PRECISION_GA}"] for run in mine}
+    assert not mine & {r["run"] for r in grid.all_attacks.values()} and not mine & set(grid.stale)
+    grid.main_attacks()
+    attacks_, _ = grid.other_runs(grid.sources["attacks"])
+    assert set(attacks_.run) == mine and set(attacks_.made_from) == {f"remade 05_unlearn/{PRECISION_GA}"}
+    # the recorded weights back in the cache: the remade record is gone, and the runs made from the
+    # remade weights are stale (they read weights the grid does not have)
+    unlearned = paths.expand_cached(remade["results"]["unlearned"])
+    paths.Path(unlearned).mkdir(parents=True)
+    (paths.Path(unlearned) / "model.safetensors").write_text("the recorded weights")
+    cached.clear(), cached.add(_record("05_unlearn", PRECISION_GA, copied_runs)["results"]["checkpoint_sha256"]["unlearned"])
+    grid = collect.Collection("smol")
+    assert runs.remade_results(ga) is None
+    assert grid.remade == {} and not runs.remade_record_dir(ga).exists()
+    attacks_, _ = grid.other_runs([])
+    assert len(attacks_) == 0  # stale now: left out of every table

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from frag_utils import numerics, paths, runs
+from frag_utils import models, numerics, paths, runs
 from frag_utils.runs import RunError
 
 
@@ -194,11 +194,12 @@ def fake_grid(tmp_path, monkeypatch):
                                           evalue="The checkpoint of 05_unlearn/x is not in the cache.\nRun it.",
                                           traceback=[])
         results = {"n": len(parameters["run_name"])}
-        if nb == "02_target_and_gold":
+        if nb == "02_target_and_gold":  # the weights follow from the training's outcome (target_es)
             for role in ("target", "gold_forget10"):
                 (paths.checkpoint_dir("t", role)).mkdir(parents=True, exist_ok=True)
-                (paths.checkpoint_dir("t", role) / "model.safetensors").write_text("w")
+                (paths.checkpoint_dir("t", role) / "model.safetensors").write_text(f"{role} {state['target_es']}")
             results["checkpoints"] = {r: str(paths.checkpoint_dir("t", r)) for r in ("target", "gold_forget10")}
+            results["checkpoint_sha256"] = {r: _sha(paths.checkpoint_dir("t", r)) for r in ("target", "gold_forget10")}
             results["evaluation"] = {"target": {"es": state["target_es"]}}
         if nb == "05_unlearn":
             assert (paths.checkpoint_dir("t", "target") / "model.safetensors").is_file(), "05 ran without its target"
@@ -206,21 +207,31 @@ def fake_grid(tmp_path, monkeypatch):
                 ckpt = paths.checkpoint_dir("t", "gold_forget10")
             else:
                 ckpt = paths.checkpoint_dir("t", f"unlearned/{parameters['run_name']}")
-                ckpt.mkdir(parents=True, exist_ok=True)
-                (ckpt / "model.safetensors").write_text("w")
-            results.update(method=parameters["method"], unlearned=str(ckpt))
+                ckpt.mkdir(parents=True, exist_ok=True)  # unlearned from the target it read
+                target = (paths.checkpoint_dir("t", "target") / "model.safetensors").read_text()
+                (ckpt / "model.safetensors").write_text(f"{parameters['method']} of {target}")
+            results.update(method=parameters["method"], unlearned=str(ckpt), checkpoint_sha256={
+                "original": _sha(paths.checkpoint_dir("t", "target")), "unlearned": _sha(ckpt)})
         if nb == "06_attacks":
             run = paths.RUNS_DIR / "05_unlearn" / parameters["unlearned_run"] / runs.RESULTS_FILE
             from frag_utils import records  # as notebook 06 reads it: cache paths are stored portable
 
             unlearned = records.read_json(run)["results"]["unlearned"]
             assert (paths.Path(unlearned) / "model.safetensors").is_file(), "06 ran without its checkpoint"
+            results["checkpoint_sha256"] = {"attacked": _sha(paths.Path(unlearned))}
         (out / runs.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": parameters}, "results": results}))
         with open(output_path, "w") as f:
             json.dump({"executed": parameters["run_name"]}, f)
 
     monkeypatch.setattr(papermill, "execute_notebook", fake)
+    monkeypatch.setattr(models, "weights_sha256", _sha)  # the fake checkpoints are text, not safetensors
     return state
+
+
+def _sha(folder):
+    import hashlib
+
+    return hashlib.sha256((paths.Path(folder) / "model.safetensors").read_bytes()).hexdigest()
 
 
 def _records(root):
@@ -287,12 +298,65 @@ def test_a_remade_checkpoint_that_does_not_reproduce_its_record_stops_the_grid(f
     runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
     shutil.rmtree(tmp_path / "cache")  # a fresh machine, whose training comes out otherwise
     fake_grid.update(calls=[], target_es=0.8)
-    with pytest.raises(runs.RemadeDiffers, match=r"02_target_and_gold/t .*/evaluation/target/es: 0\.9 against 0\.8"):
+    with pytest.raises(runs.RemadeDiffers, match=r"02_target_and_gold/t: .* e\.g\. /evaluation/target/es: 0\.9 against 0\.8"):
         runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=npo")
     assert fake_grid["calls"] == ["02_target_and_gold/t"]  # nothing was made from the new target
-    # the remade record stays: it describes the checkpoint now in the cache
+    # the committed record is kept; the remade one lies in the cache beside the checkpoint it describes
     record = json.loads((paths.RUNS_DIR / "02_target_and_gold" / "t" / runs.RESULTS_FILE).read_text())
-    assert record["results"]["evaluation"]["target"]["es"] == 0.8
+    assert record["results"]["evaluation"]["target"]["es"] == 0.9
+    assert runs.remade_results(specs[0])["evaluation"]["target"]["es"] == 0.8
+
+
+def test_a_remade_run_that_reproduces_its_record_leaves_the_committed_record_as_it_was(fake_grid, tmp_path):
+    import shutil
+
+    specs = runs.grid("t")
+    runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
+    executed = paths.RUNS_DIR / "02_target_and_gold" / "t" / "02_target_and_gold.ipynb"
+    executed.write_text("as committed, with the recording machine's outputs")
+    before = _records(paths.RUNS_DIR)
+    shutil.rmtree(tmp_path / "cache")
+    fake_grid["calls"].clear()
+    runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=npo")
+    assert fake_grid["calls"][:2] == ["02_target_and_gold/t", "05_unlearn/t__method=npo"]
+    after = _records(paths.RUNS_DIR)
+    assert {k: v for k, v in after.items() if k in before} == before  # remade and reproduced: records untouched
+    assert not (tmp_path / "cache").joinpath(runs.REMADE_DIR).exists()
+
+
+def test_keep_remade_goes_on_and_what_it_makes_is_of_this_machines_lineage(fake_grid, tmp_path):
+    import shutil
+
+    specs = runs.grid("t")
+    runs.run_grid(specs)
+    before = _records(paths.RUNS_DIR)
+    original_target = (paths.checkpoint_dir("t", "target") / "model.safetensors").read_text()
+    shutil.rmtree(tmp_path / "cache")
+    fake_grid.update(calls=[], target_es=0.8)
+    mine = [s for s in runs.plan_run("06_attacks", tmp_path / "params" / "t" / "06_attacks.yaml", {"lr": 1e-4})
+            if "npo" in s.name]
+    universe = runs.dependency_grid(mine)
+    with pytest.raises(runs.RemadeDiffers, match="--keep-remade"):
+        runs.run_grid(mine, universe=universe)
+    fake_grid["calls"].clear()
+    with pytest.raises(runs.RemadeDiffers, match="remade earlier on this machine"):  # the cache now holds it
+        runs.run_grid(mine, universe=universe)
+    assert fake_grid["calls"] == []
+    runs.run_grid(mine, universe=universe, keep_remade=True)
+    # the target is not remade again; npo is remade from it (and differs), then the user's attack runs
+    assert fake_grid["calls"] == ["05_unlearn/t__method=npo", f"06_attacks/{mine[0].name}"]
+    after = _records(paths.RUNS_DIR)
+    assert {k: v for k, v in after.items() if k in before} == before  # no committed record changed
+    npo = next(s for s in specs if s.name == "t__method=npo")
+    assert runs.remade_results(npo) is not None
+    assert runs.remade_inputs(mine[0], universe) == ["05_unlearn/t__method=npo"]
+    assert runs.stale_inputs(mine[0], universe) == []
+    grid_attack = next(s for s in specs if s.name == "t__unlearned_run=t__method=npo")
+    assert runs.remade_inputs(grid_attack, universe) == [] and runs.stale_inputs(grid_attack, universe) == []
+    # the recorded checkpoint put back in the cache: the remade record no longer describes it, and goes
+    target = specs[0]
+    (paths.checkpoint_dir("t", "target") / "model.safetensors").write_text(original_target)
+    assert runs.remade_results(target) is None and not runs.remade_record_dir(target).exists()
 
 
 def test_record_differences_leave_out_wall_times_and_name_each_difference():

@@ -51,10 +51,16 @@ def test_upstream_lists_what_an_attack_reads_before_it():
     assert chain == ["02_target_and_gold/smol", f"05_unlearn/{attack.params['unlearned_run']}"]
 
 
-def test_a_remade_run_that_differs_says_when_the_record_came_from_another_cpu_vendor(monkeypatch):
+def test_a_remade_run_that_differs_says_when_the_record_came_from_another_cpu_vendor_or_mode(monkeypatch):
     monkeypatch.setattr(records, "cpu_description", lambda: {"cpu_model": "AMD EPYC"})
-    assert "made on an Intel CPU with MKL_CBWR=AVX2 and this one is AMD" in runs._vendor_note(
-        "Intel(R) Xeon(R) Processor", "AVX2")
-    assert runs._vendor_note("Intel(R) Xeon(R) Processor", "COMPATIBLE") == ""  # not known to be vendor-bound
-    assert runs._vendor_note("AMD EPYC 7763 64-Core Processor", "AVX2") == ""
-    assert runs._vendor_note(None) == ""
+    monkeypatch.setenv("ATEN_CPU_CAPABILITY", "avx2")
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
+    note = runs._mode_note("Intel(R) Xeon(R) Processor", {"mkl_cbwr": "AVX2", "aten_cpu_capability": "AVX2"})
+    assert "made on an Intel CPU with MKL_CBWR=AVX2 and this one is AMD" in note
+    assert "MKL_CBWR=AVX2 then, COMPATIBLE now" in note and "ATEN_CPU_CAPABILITY" not in note
+    same = {"mkl_cbwr": "COMPATIBLE", "aten_cpu_capability": "AVX2"}
+    assert runs._mode_note("Intel(R) Xeon(R) Processor", same) == ""  # COMPATIBLE: not known to be vendor-bound
+    assert runs._mode_note("AMD EPYC 7763 64-Core Processor", same) == ""
+    assert runs._mode_note(None, {}) == ""
+    monkeypatch.delenv("MKL_CBWR")  # FRAG_DETERMINISTIC=0: no MKL setting
+    assert "MKL_CBWR=COMPATIBLE then, (unset) now" in runs._mode_note(None, same)
