@@ -664,15 +664,16 @@ def stale_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[str]:
 
 
 def remade_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[str]:
-    """The upstream runs whose weights ``spec``'s record read were not the recorded ones but those
-    remade on this machine (:func:`remade_results`, kept with ``keep_remade``): ``spec`` is a
-    run of this machine's lineage, not of the recorded grid."""
+    """The upstream runs whose weights ``spec``'s record read, directly or through the runs it
+    read, were not the recorded ones but those remade on this machine (:func:`remade_results`,
+    kept with ``keep_remade``): ``spec`` is a run of this machine's lineage, not of the recorded grid."""
     return [name for name, state in input_states(spec, specs) if state == "remade"]
 
 
 def input_states(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str]]:
     """``(upstream run, "stale" | "remade")`` for each input whose weights ``spec``'s record read
-    are not the ones the upstream record names (see :func:`stale_inputs`)."""
+    are not the ones the upstream record names (see :func:`stale_inputs`); an input whose record
+    was itself made from remade weights passes those on (``remade``, named by the remade run)."""
     inputs = [i for i in _named_inputs(spec, specs) if i[3]]
     if not inputs or not spec.is_complete():
         return []
@@ -688,6 +689,10 @@ def input_states(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str]]:
             remade = remade_results(dep)
             here = remade is not None and _hashes(remade).get(made_key) == read[read_key]
             states[f"{stem}/{name}"] = "remade" if here else "stale"
+        elif made == read[read_key]:  # the recorded weights, but made from remade ones (a user's lineage)
+            for root, state in input_states(dep, specs):
+                if state == "remade":
+                    states.setdefault(root, "remade")
     return list(states.items())
 
 

@@ -351,6 +351,14 @@ def test_keep_remade_goes_on_and_what_it_makes_is_of_this_machines_lineage(fake_
     assert runs.remade_results(npo) is not None
     assert runs.remade_inputs(mine[0], universe) == ["05_unlearn/t__method=npo"]
     assert runs.stale_inputs(mine[0], universe) == []
+    # a user's model unlearned from the remade target, and its attack: both of this machine's lineage
+    ga = runs.plan_run("05_unlearn", None, {"profile": "t", "original": "profile-target", "method": "ga", "lr": 1e-4})
+    runs.run_grid(ga, universe=runs.dependency_grid(ga), keep_remade=True)
+    attack = runs.plan_run("06_attacks", None, {"profile": "t", "unlearned_run": ga[0].name})
+    runs.run_grid(attack, universe=runs.dependency_grid(attack), keep_remade=True)
+    assert runs.remade_inputs(ga[0], universe) == ["02_target_and_gold/t"]
+    assert runs.remade_inputs(attack[0], universe) == ["02_target_and_gold/t"]  # through its model
+    assert runs.stale_inputs(attack[0], universe) == []
     grid_attack = next(s for s in specs if s.name == "t__unlearned_run=t__method=npo")
     assert runs.remade_inputs(grid_attack, universe) == [] and runs.stale_inputs(grid_attack, universe) == []
     # the recorded checkpoint put back in the cache: the remade record no longer describes it, and goes
