@@ -163,7 +163,8 @@ class Collection:
 
     def label(self, unlearned_run: str) -> str:
         """The attacked model: its method, with the strength knobs of its 05 run."""
-        rec = self.method_by_run.get(unlearned_run)
+        rec = self.method_by_run.get(unlearned_run) or next(
+            (r for r in self.mine_05 if _name(r) == unlearned_run), None)  # or a model of this machine's lineage
         if rec is None:
             return unlearned_run
         set_knobs = [f"{k} {v}" for k, v in knobs(rec).items() if v != ""]
