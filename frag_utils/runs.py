@@ -17,7 +17,6 @@ import json
 import os
 import re
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -353,11 +352,11 @@ def failed_notebook_path(spec: RunSpec, had_record: bool) -> Path:
     return paths.cache_dir() / "failed" / spec.notebook.stem / f"{spec.name}.ipynb"
 
 
-def _failed(spec: RunSpec, tmp: Path, had_record: bool, err: Exception) -> RunError:
+def _failed(spec: RunSpec, tmp: Path, had_record: bool, err: Exception, remaking: bool = False) -> RunError:
     """Clear away a run that failed inside papermill and say what happened, in one paragraph."""
     kept = None
     if tmp.is_file():
-        kept = failed_notebook_path(spec, had_record)
+        kept = failed_notebook_path(spec, had_record and not remaking)
         kept.parent.mkdir(parents=True, exist_ok=True)
         shutil.move(tmp, kept)
     if not had_record:  # the folder held no record before: nothing of this attempt stays in it
@@ -373,7 +372,10 @@ def _failed(spec: RunSpec, tmp: Path, had_record: bool, err: Exception) -> RunEr
         what = f": {type(err).__name__}: {' '.join(str(err).split())}"
     where = (f"The partial executed notebook is kept at {repo_relative(kept)}." if kept else
              "papermill wrote no notebook.")
-    if had_record:
+    if remaking:
+        after = (f" It was being remade for its missing checkpoint; its committed record in "
+                 f"{repo_relative(spec.out_dir)} is put back as it was.")
+    elif had_record:
         after = (f" The run's earlier results.json was removed when it started, so its record is incomplete; "
                  f"'git checkout -- {repo_relative(spec.out_dir)}' restores a committed one.")
     else:
@@ -381,8 +383,9 @@ def _failed(spec: RunSpec, tmp: Path, had_record: bool, err: Exception) -> RunEr
     return RunError(f"{spec.notebook.stem}/{spec.name} failed{what.rstrip('.')}. {where}{after}")
 
 
-def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL) -> dict:
-    """Execute one run unless it is already complete; returns its status and timing.
+def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, remaking: bool = False) -> dict:
+    """Execute one run unless it is already complete; returns its status and timing. ``remaking``:
+    a recorded run made again for its checkpoint, whose committed record the caller puts back.
 
     Raises:
         RunError: the notebook failed (an error in a cell, a kernel that did not start). Nothing of
@@ -415,7 +418,7 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL) -> dict:
                                    cwd=str(paths.NOTEBOOKS_DIR), progress_bar=False, log_output=False,
                                    extra_arguments=["--IPKernelApp.log_level=ERROR"])
     except Exception as err:  # not a kill (KeyboardInterrupt): a later run resumes from what it left
-        raise _failed(spec, tmp, had_record, err) from err
+        raise _failed(spec, tmp, had_record, err, remaking) from err
     finally:  # this process's own records name their own commit again
         if previous_commit is None:
             os.environ.pop(RUN_COMMIT_ENV, None)
@@ -587,11 +590,38 @@ def remade_results(spec: RunSpec) -> dict | None:
     results = json.loads(file.read_text())["results"]
     sha = _hashes(results)
     made = _made(results, spec.notebook.stem)
+    committed = (spec.out_dir / RESULTS_FILE)
+    if made and committed.is_file() and all(sha.get(role) and _hashes(json.loads(committed.read_text())["results"]).get(role)
+                                   == sha[role] for role in made):
+        shutil.rmtree(file.parent, ignore_errors=True)  # the record now names these weights (made again since)
+        return None
     if made and all(role in sha and _checkpoint_sha256(path) == sha[role] for role, path in made.items()):
         return results
     if not any(_missing_checkpoint(path) for path in made.values()):  # replaced, not just absent
         shutil.rmtree(file.parent, ignore_errors=True)
     return None
+
+
+def _remade_hash(spec: RunSpec, key: str, specs: list[RunSpec]) -> tuple[str | None, str | None]:
+    """``(hash, remade run)`` of the checkpoint ``spec``'s record names under ``key`` (``unlearned``,
+    ``target``, ...) as remade on this machine, or ``(None, None)``. A gold run's ``unlearned`` is
+    notebook 02's gold model: its remade hash is that of the 02 run, when 02 was remade."""
+    remade = remade_results(spec)
+    if remade is not None:
+        return _hashes(remade).get(key), f"{spec.notebook.stem}/{spec.name}"
+    for stem, name, _, pair in _named_inputs(spec, specs):
+        if pair and pair[0] == key:  # the checkpoint spec names under `key` is that run's `pair[1]`
+            owner = next((s for s in specs if (s.notebook.stem, s.name) == (stem, name)), None) or recorded_spec(stem, name)
+            if owner is not None:
+                return _remade_hash(owner, pair[1], specs)
+    return None, None
+
+
+def _pending(spec: RunSpec) -> list[Path]:
+    """The marker of a remake of ``spec`` that started and did not end (killed, failed): its
+    checkpoint may be in the cache, unchecked, so it counts as missing and is remade (reused)."""
+    marker = remade_record_dir(spec).with_name(remade_record_dir(spec).name + ".pending")
+    return [marker] if marker.is_file() else []
 
 
 def _missing_checkpoint(path: Path) -> bool:
@@ -685,10 +715,12 @@ def input_states(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str]]:
         if not read.get(read_key) or dep is None or not dep.is_complete():
             continue
         made = _hashes(json.loads((dep.out_dir / RESULTS_FILE).read_text())["results"]).get(made_key)
-        if made and made != read[read_key] and f"{stem}/{name}" not in states:
-            remade = remade_results(dep)
-            here = remade is not None and _hashes(remade).get(made_key) == read[read_key]
-            states[f"{stem}/{name}"] = "remade" if here else "stale"
+        if made != read[read_key] and f"{stem}/{name}" not in states:
+            remade, owner = _remade_hash(dep, made_key, specs)
+            if remade == read[read_key]:
+                states[owner] = "remade"
+            elif made:  # a record without hashes (made before records named them) is not judged
+                states[f"{stem}/{name}"] = "stale"
         elif made == read[read_key]:  # the recorded weights, but made from remade ones (a user's lineage)
             for root, state in input_states(dep, specs):
                 if state == "remade":
@@ -718,12 +750,12 @@ def _check_inputs_known(spec: RunSpec, specs: list[RunSpec]) -> None:
                 f"{repo_relative(paths.RUNS_DIR / stem)}).")
 
 
-def _execute_logged(spec: RunSpec, force: bool, log: list[dict], reason: str = "") -> dict:
+def _execute_logged(spec: RunSpec, force: bool, log: list[dict], reason: str = "", remaking: bool = False) -> dict:
     """:func:`execute`, its entry appended to ``log`` (a failed run's too, status ``failed``, or
     ``interrupted`` for a kill) and printed unless skipped."""
     start = time.time()
     try:
-        entry = execute(spec, force=force)
+        entry = execute(spec, force=force, remaking=remaking) if remaking else execute(spec, force=force)
     except BaseException as err:
         entry = {"run": f"{spec.notebook.stem}/{spec.name}", "status": "failed" if isinstance(err, Exception)
                  else "interrupted", "seconds": round(time.time() - start, 1)}
@@ -749,7 +781,7 @@ def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checke
     checkpoint remade earlier that differs from its record.
 
     Raises:
-        RunError: ``spec`` names a run that is neither recorded nor in ``specs``.
+        RunError: ``spec`` names a run that is neither recorded nor in ``specs``; a remake failed.
         RemadeDiffers: see above.
     """
     _check_inputs_known(spec, specs)
@@ -757,11 +789,15 @@ def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checke
         key = (dep.notebook.stem, dep.name)
         if key in checked:
             continue
+        _put_back_committed(dep)
         stale = stale_inputs(dep, specs)
-        if dep.is_complete() and not stale and (record_only or not _missing(dep)):
-            if not record_only and not keep_remade and remade_results(dep) is not None:
-                raise RemadeDiffers(_remade_message(dep, "Its checkpoint in the cache was remade earlier on this "
-                                                         "machine and differs from its record"))
+        missing = [] if record_only else _missing(dep) + _pending(dep)
+        if dep.is_complete() and not stale and not missing:
+            owner = None if record_only or keep_remade else _remade_owner(dep, specs)
+            if owner:
+                raise RemadeDiffers(_remade_message(owner, f"Its checkpoint in the cache (read by {dep.notebook.stem}/"
+                                                           f"{dep.name}) was remade earlier on this machine and differs "
+                                                           f"from its record"))
             checked.add(key)
             continue
         _restore_needed(dep, specs, log, checked, keep_remade)
@@ -770,21 +806,53 @@ def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checke
                             f"weights of {', '.join(stale)}")
             checked.add(key)
             continue
-        missing = [] if record_only else _missing(dep)  # after its inputs: 05 gold's checkpoint is 02's
+        missing = [] if record_only else _missing(dep) + _pending(dep)  # after its inputs: 05 gold's is 02's
         if not dep.is_complete():
             _execute_logged(dep, False, log, f"needed by {spec.notebook.stem}/{spec.name}")
         elif missing:
-            committed = Path(tempfile.mkdtemp(prefix="frag_record_")) / dep.name
-            shutil.copytree(dep.out_dir, committed)
-            try:
-                _execute_logged(dep, True, log, f"needed by {spec.notebook.stem}/{spec.name}: its checkpoint is not "
-                                "in the cache")
-                _settle_remade(dep, committed, keep_remade)
-            finally:  # the committed record, whatever happened to the remake
-                shutil.rmtree(dep.out_dir, ignore_errors=True)
-                shutil.copytree(committed, dep.out_dir)
-                shutil.rmtree(committed.parent, ignore_errors=True)
+            _remake(dep, log, f"needed by {spec.notebook.stem}/{spec.name}: its checkpoint is not in the cache",
+                    keep_remade)
         checked.add(key)
+
+
+def _remade_owner(spec: RunSpec, specs: list[RunSpec]) -> RunSpec | None:
+    """The run whose remade record describes the checkpoint ``spec`` names (``spec`` itself, or for
+    a gold run notebook 02's run), when that checkpoint in the cache is a remade one; else None."""
+    for key in _made(json.loads((spec.out_dir / RESULTS_FILE).read_text())["results"], spec.notebook.stem):
+        sha, owner = _remade_hash(spec, key, specs)
+        if sha:
+            return recorded_spec(*owner.split("/", 1)) or spec
+    return None
+
+
+def _backup(spec: RunSpec) -> Path:
+    return spec.out_dir.with_name(f".{spec.name}.committed")
+
+
+def _put_back_committed(spec: RunSpec) -> None:
+    """A remake killed before it put the committed record back left it in :func:`_backup`: back."""
+    if _backup(spec).is_dir():
+        shutil.rmtree(spec.out_dir, ignore_errors=True)
+        _backup(spec).rename(spec.out_dir)
+
+
+def _remake(spec: RunSpec, log: list[dict], reason: str, keep_remade: bool) -> None:
+    """Remake a recorded run whose checkpoint is missing, compare it with its record
+    (:func:`_settle_remade`), and put the committed record back as it was, whatever happens (a
+    kill included: the copy waits beside it, :func:`_put_back_committed`). Until the remake is
+    settled its checkpoint counts as missing (:func:`_pending`)."""
+    pending = remade_record_dir(spec).with_name(remade_record_dir(spec).name + ".pending")
+    pending.parent.mkdir(parents=True, exist_ok=True)
+    pending.write_text(reason)
+    shutil.copytree(spec.out_dir, _backup(spec))
+    try:
+        _execute_logged(spec, True, log, reason, remaking=True)
+        try:
+            _settle_remade(spec, _backup(spec), keep_remade)
+        finally:  # compared: a remade checkpoint that differs is known by its remade record from now on
+            pending.unlink(missing_ok=True)
+    finally:
+        _put_back_committed(spec)
 
 
 def _settle_remade(spec: RunSpec, committed: Path, keep_remade: bool) -> None:
@@ -802,6 +870,9 @@ def _settle_remade(spec: RunSpec, committed: Path, keep_remade: bool) -> None:
     # lie is not what it reports, its numbers are
     diff = record_differences(recorded["results"], json.loads((spec.out_dir / RESULTS_FILE).read_text())["results"],
                               any_location=True)
+    hashed = "checkpoint_sha256" in recorded["results"]
+    if not hashed:  # a record made before records named weight hashes: compared by its numbers only
+        diff = [d for d in diff if not d.startswith("/checkpoint_sha256")]
     diff.sort(key=lambda d: d.startswith("/checkpoint_sha256"))  # the numbers say more than the hashes
     kept = remade_record_dir(spec)
     shutil.rmtree(kept, ignore_errors=True)
@@ -810,7 +881,8 @@ def _settle_remade(spec: RunSpec, committed: Path, keep_remade: bool) -> None:
     shutil.copytree(spec.out_dir, kept)
     env = recorded["provenance"].get("environment", {})
     message = _remade_message(spec, f"It was remade because its checkpoint is not in the cache, and the remade run "
-                                    f"differs from its record in {len(diff)} place(s), e.g. {'; '.join(diff[:3])}",
+                                    f"differs from its record in {len(diff)} place(s), e.g. {'; '.join(diff[:3])}"
+                                    + ("" if hashed else " (the record names no weight hashes: numbers compared only)"),
                               env.get("cpu_model"), env.get("numerics", {}))
     if not keep_remade:
         raise RemadeDiffers(message)

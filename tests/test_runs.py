@@ -198,19 +198,22 @@ def fake_grid(tmp_path, monkeypatch):
             for role in ("target", "gold_forget10"):
                 (paths.checkpoint_dir("t", role)).mkdir(parents=True, exist_ok=True)
                 (paths.checkpoint_dir("t", role) / "model.safetensors").write_text(f"{role} {state['target_es']}")
-            results["checkpoints"] = {r: str(paths.checkpoint_dir("t", r)) for r in ("target", "gold_forget10")}
-            results["checkpoint_sha256"] = {r: _sha(paths.checkpoint_dir("t", r)) for r in ("target", "gold_forget10")}
+            if len(state["calls"]) == state.get("kill_late"):  # killed in the evaluation, its checkpoints saved
+                raise _FakeKill()
+            roles = {"target": "target", "gold": "gold_forget10"}  # as notebook 02 names them
+            results["checkpoints"] = {k: str(paths.checkpoint_dir("t", r)) for k, r in roles.items()}
+            results["checkpoint_sha256"] = {k: _sha(paths.checkpoint_dir("t", r)) for k, r in roles.items()}
             results["evaluation"] = {"target": {"es": state["target_es"]}}
         if nb == "05_unlearn":
             assert (paths.checkpoint_dir("t", "target") / "model.safetensors").is_file(), "05 ran without its target"
+            target = (paths.checkpoint_dir("t", "target") / "model.safetensors").read_text()
             if parameters["method"] == "gold":  # points to notebook 02's gold model
                 ckpt = paths.checkpoint_dir("t", "gold_forget10")
             else:
                 ckpt = paths.checkpoint_dir("t", f"unlearned/{parameters['run_name']}")
                 ckpt.mkdir(parents=True, exist_ok=True)  # unlearned from the target it read
-                target = (paths.checkpoint_dir("t", "target") / "model.safetensors").read_text()
                 (ckpt / "model.safetensors").write_text(f"{parameters['method']} of {target}")
-            results.update(method=parameters["method"], unlearned=str(ckpt), checkpoint_sha256={
+            results.update(method=parameters["method"], unlearned=str(ckpt), evaluated_on=target, checkpoint_sha256={
                 "original": _sha(paths.checkpoint_dir("t", "target")), "unlearned": _sha(ckpt)})
         if nb == "06_attacks":
             run = paths.RUNS_DIR / "05_unlearn" / parameters["unlearned_run"] / runs.RESULTS_FILE
@@ -560,3 +563,82 @@ def test_a_device_this_machine_lacks_is_refused_before_the_kernel_starts(monkeyp
     with pytest.raises(RunError, match="not a device"):
         runs.check_parameters(nb, {"device": "gpu0"})
     assert runs.check_parameters(nb, {"device": "cpu"}) == {"device": "cpu"}
+
+
+def _fresh_machine(fake_grid, tmp_path, target_es=0.8):
+    """The 02 and 05 runs of the fake grid recorded, then a machine with an empty cache whose
+    training comes out otherwise (``target_es``); returns the records as committed."""
+    import shutil
+
+    runs.run_grid([s for s in runs.grid("t") if s.notebook.stem != "06_attacks"])
+    before = _records(paths.RUNS_DIR)
+    shutil.rmtree(tmp_path / "cache")
+    fake_grid.update(calls=[], target_es=target_es)
+    return before
+
+
+def _user_run(notebook, **params):
+    planned = runs.plan_run(notebook, None, {"profile": "t", **params})
+    return planned, runs.dependency_grid(planned)
+
+
+def test_a_remake_that_fails_or_is_killed_puts_the_committed_record_back_and_is_remade_next_time(fake_grid, tmp_path):
+    before = _fresh_machine(fake_grid, tmp_path)
+    mine, universe = _user_run("05_unlearn", original="profile-target", method="ga", lr=1e-4)
+    fake_grid["fail_at"] = 1
+    with pytest.raises(RunError, match=r"02_target_and_gold/t failed in cell \[3\].*committed record .* is put back"):
+        runs.run_grid(mine, universe=universe)
+    assert _records(paths.RUNS_DIR) == before
+    assert list((tmp_path / "cache").glob("*/failed/02_target_and_gold/t.ipynb"))
+    fake_grid.update(calls=[], fail_at=None, kill_late=1)  # killed after its checkpoints were saved
+    with pytest.raises(_FakeKill):
+        runs.run_grid(mine, universe=universe)
+    assert (paths.checkpoint_dir("t", "target") / "model.safetensors").is_file()
+    fake_grid.update(calls=[], kill_late=None)
+    # the saved checkpoint was never compared with its record: remade (and compared) before anything reads it
+    with pytest.raises(runs.RemadeDiffers, match="02_target_and_gold/t: It was remade"):
+        runs.run_grid(mine, universe=universe)
+    assert fake_grid["calls"] == ["02_target_and_gold/t"]
+    assert {k: v for k, v in _records(paths.RUNS_DIR).items() if ".committed" not in k} == before
+
+
+def test_after_a_stop_force_remakes_every_record_from_the_new_checkpoint_and_the_remade_record_goes(fake_grid, tmp_path):
+    _fresh_machine(fake_grid, tmp_path)
+    specs = runs.grid("t")
+    with pytest.raises(runs.RemadeDiffers):
+        runs.run_grid(specs, select="06_attacks")
+    runs.run_grid(specs, force=True)  # the README's other way on: every record reads the new target
+    assert runs.remade_results(specs[0]) is None and not runs.remade_record_dir(specs[0]).exists()
+    mine, universe = _user_run("05_unlearn", original="profile-target", method="ga", lr=1e-4)
+    runs.run_grid(mine, universe=universe)  # no stop: the cached target is the recorded one now
+    assert runs.remade_inputs(mine[0], universe) == [] == runs.stale_inputs(mine[0], universe)
+
+
+def test_the_gold_models_lineage_is_that_of_the_remade_02_run(fake_grid, tmp_path):
+    _fresh_machine(fake_grid, tmp_path)
+    mine, universe = _user_run("06_attacks", unlearned_run="t__method=gold", lr=1e-4)
+    with pytest.raises(runs.RemadeDiffers, match="02_target_and_gold/t: It was remade"):
+        runs.run_grid(mine, universe=universe)
+    with pytest.raises(runs.RemadeDiffers, match="02_target_and_gold/t: Its checkpoint in the cache .*t__method=gold"):
+        runs.run_grid(mine, universe=universe)  # the gold run's checkpoint is 02's remade gold model
+    runs.run_grid(mine, universe=universe, keep_remade=True)
+    assert runs.remade_inputs(mine[0], universe) == ["02_target_and_gold/t"]
+    assert runs.stale_inputs(mine[0], universe) == []
+
+
+def test_a_record_without_weight_hashes_is_compared_by_its_numbers_and_its_remade_weights_are_known(fake_grid, tmp_path):
+    import shutil
+
+    runs.run_grid([s for s in runs.grid("t") if s.notebook.stem != "06_attacks"])
+    npo = paths.RUNS_DIR / "05_unlearn" / "t__method=npo" / runs.RESULTS_FILE
+    record = json.loads(npo.read_text())
+    del record["results"]["checkpoint_sha256"]  # recorded before records named weight hashes
+    npo.write_text(json.dumps(record))
+    shutil.rmtree(tmp_path / "cache")
+    mine, universe = _user_run("06_attacks", unlearned_run="t__method=npo", lr=1e-4)
+    runs.run_grid(mine, universe=universe)  # the same training: the same numbers, no stop
+    assert runs.remade_inputs(mine[0], universe) == [] and not list((tmp_path / "cache").glob("*/remade/05_unlearn/*"))
+    shutil.rmtree(tmp_path / "cache")
+    fake_grid.update(target_es=0.8)
+    runs.run_grid(mine, universe=universe, force=True, keep_remade=True)
+    assert runs.remade_inputs(mine[0], universe) == ["05_unlearn/t__method=npo"]
