@@ -135,7 +135,8 @@ class Collection:
             return bool(u) and (u not in self.method_by_run or any(
                 _row(r)[k] != _row(self.method_by_run[u])[k] for k in ("FRAG_x100", "l2_all")))
 
-        self.stale = [r["run"] for r in found.values() if "stale" in states[r["run"]].values() or attacked_other_weights(r)]
+        self.stale = [r["run"] for r in found.values()
+                      if "stale" in states[r["run"]].values() or attacked_other_weights(r)]
         self.all_attacks = {k: r for k, r in found.items() if r["run"] not in self.stale}
         self.attacks = {k: r for k, r in self.all_attacks.items() if _row(r)["forget_split"] == forget_split}
         self.sources: dict[str, list[str]] = {}

@@ -549,7 +549,8 @@ def _made(results: dict, notebook: str) -> dict[str, Path]:
     """Role (its key in ``checkpoint_sha256``) -> local path of each checkpoint a record names as made."""
     if notebook not in ("02_target_and_gold", "05_unlearn"):
         return {}
-    named = results.get("checkpoints", {}) if notebook == "02_target_and_gold" else {"unlearned": results.get("unlearned", "")}
+    named = (results.get("checkpoints", {}) if notebook == "02_target_and_gold"
+             else {"unlearned": results.get("unlearned", "")})
     return {k: Path(c) for k, c in paths.expand_cached(named).items() if c and os.path.isabs(c)}
 
 
@@ -590,9 +591,9 @@ def remade_results(spec: RunSpec) -> dict | None:
     results = json.loads(file.read_text())["results"]
     sha = _hashes(results)
     made = _made(results, spec.notebook.stem)
-    committed = (spec.out_dir / RESULTS_FILE)
-    if made and committed.is_file() and all(sha.get(role) and _hashes(json.loads(committed.read_text())["results"]).get(role)
-                                   == sha[role] for role in made):
+    committed = spec.out_dir / RESULTS_FILE
+    named = _hashes(json.loads(committed.read_text())["results"]) if committed.is_file() else {}
+    if made and all(sha.get(role) and named.get(role) == sha[role] for role in made):
         shutil.rmtree(file.parent, ignore_errors=True)  # the record now names these weights (made again since)
         return None
     if made and all(role in sha and _checkpoint_sha256(path) == sha[role] for role, path in made.items()):
@@ -611,7 +612,7 @@ def _remade_hash(spec: RunSpec, key: str, specs: list[RunSpec]) -> tuple[str | N
         return _hashes(remade).get(key), f"{spec.notebook.stem}/{spec.name}"
     for stem, name, _, pair in _named_inputs(spec, specs):
         if pair and pair[0] == key:  # the checkpoint spec names under `key` is that run's `pair[1]`
-            owner = next((s for s in specs if (s.notebook.stem, s.name) == (stem, name)), None) or recorded_spec(stem, name)
+            owner = _find(stem, name, specs)
             if owner is not None:
                 return _remade_hash(owner, pair[1], specs)
     return None, None
@@ -708,10 +709,9 @@ def input_states(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str]]:
     if not inputs or not spec.is_complete():
         return []
     read = _hashes(json.loads((spec.out_dir / RESULTS_FILE).read_text())["results"])
-    by_name = {(s.notebook.stem, s.name): s for s in specs}
     states: dict[str, str] = {}
     for stem, name, _, (read_key, made_key) in inputs:
-        dep = by_name.get((stem, name)) or recorded_spec(stem, name)
+        dep = _find(stem, name, specs)
         if not read.get(read_key) or dep is None or not dep.is_complete():
             continue
         made = _hashes(json.loads((dep.out_dir / RESULTS_FILE).read_text())["results"]).get(made_key)
@@ -726,6 +726,12 @@ def input_states(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str]]:
                 if state == "remade":
                     states.setdefault(root, "remade")
     return list(states.items())
+
+
+def _find(notebook: str, name: str, specs: list[RunSpec]) -> RunSpec | None:
+    """A run of ``specs`` by notebook and name, else a recorded one by its folder (:func:`recorded_spec`)."""
+    found = next((s for s in specs if (s.notebook.stem, s.name) == (notebook, name)), None)
+    return found or recorded_spec(notebook, name)
 
 
 def recorded_spec(notebook: str, name: str) -> RunSpec | None:
@@ -795,9 +801,9 @@ def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checke
         if dep.is_complete() and not stale and not missing:
             owner = None if record_only or keep_remade else _remade_owner(dep, specs)
             if owner:
-                raise RemadeDiffers(_remade_message(owner, f"Its checkpoint in the cache (read by {dep.notebook.stem}/"
-                                                           f"{dep.name}) was remade earlier on this machine and differs "
-                                                           f"from its record"))
+                raise RemadeDiffers(_remade_message(
+                    owner, f"Its checkpoint in the cache (read by {dep.notebook.stem}/{dep.name}) was remade earlier "
+                           f"on this machine and differs from its record"))
             checked.add(key)
             continue
         _restore_needed(dep, specs, log, checked, keep_remade)
@@ -890,7 +896,8 @@ def _settle_remade(spec: RunSpec, committed: Path, keep_remade: bool) -> None:
           f"the remade checkpoint (--keep-remade): what is made from it is listed as yours", flush=True)
 
 
-def _remade_message(spec: RunSpec, what: str, recorded_cpu: str | None = None, recorded_numerics: dict | None = None) -> str:
+def _remade_message(spec: RunSpec, what: str, recorded_cpu: str | None = None,
+                    recorded_numerics: dict | None = None) -> str:
     """Why the grid stopped at a remade run that differs from its record, and the ways on."""
     return (f"{spec.notebook.stem}/{spec.name}: {what}. Its committed record is unchanged; the remade record is kept "
             f"beside the remade checkpoint, in {remade_record_dir(spec)}. Nothing more was run: the recorded runs that "

@@ -175,7 +175,8 @@ def test_run_that_cannot_remake_what_it_reads_stops_with_one_paragraph(fake_grid
     assert "Traceback" not in err and "runs: 1 done, 0 skipped (complete), 0 failed, 1 not reached" in captured.out
     assert "record:" not in captured.out  # the run did not start: no record to point to
     fake_grid["calls"].clear()  # going on with the remade target: it is not remade again
-    assert _main("run", "06_attacks", "-p", "profile", "t", "-p", "unlearned_run", "t__method=npo", "--keep-remade") == 0
+    assert _main("run", "06_attacks", "-p", "profile", "t", "-p", "unlearned_run", "t__method=npo",
+                 "--keep-remade") == 0
     assert fake_grid["calls"] == ["05_unlearn/t__method=npo", "06_attacks/t__unlearned_run=t__method=npo"]
     assert "going on with the remade checkpoint" in capsys.readouterr().out
     assert _main("run", "06_attacks", "-p", "profile", "t", "-p", "unlearned_run", "t__method=nope") == 2

@@ -214,7 +214,7 @@ def test_a_gold_run_is_stale_when_its_gold_model_was_made_again_and_not_for_anot
     assert runs.stale_inputs(precision, specs) == ["02_target_and_gold/smol"]
 
 
-def test_a_run_made_from_weights_remade_here_is_listed_as_the_users_never_in_the_grid(copied_runs, tmp_path, monkeypatch):
+def test_a_run_made_from_weights_remade_here_is_the_users_never_the_grids(copied_runs, tmp_path, monkeypatch):
     """frag run --keep-remade: the 05 model was remade on this machine and differs from its record;
     an attack of the remade weights is of this machine's lineage, even at the grid's own settings."""
     monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "cache"))
@@ -246,7 +246,8 @@ def test_a_run_made_from_weights_remade_here_is_listed_as_the_users_never_in_the
     unlearned = paths.expand_cached(remade["results"]["unlearned"])
     paths.Path(unlearned).mkdir(parents=True)
     (paths.Path(unlearned) / "model.safetensors").write_text("the recorded weights")
-    cached.clear(), cached.add(_record("05_unlearn", PRECISION_GA, copied_runs)["results"]["checkpoint_sha256"]["unlearned"])
+    recorded = _record("05_unlearn", PRECISION_GA, copied_runs)["results"]["checkpoint_sha256"]["unlearned"]
+    cached.clear(), cached.add(recorded)
     grid = collect.Collection("smol")
     assert runs.remade_results(ga) is None
     assert grid.remade == {} and not runs.remade_record_dir(ga).exists()

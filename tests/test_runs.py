@@ -301,7 +301,8 @@ def test_a_remade_checkpoint_that_does_not_reproduce_its_record_stops_the_grid(f
     runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
     shutil.rmtree(tmp_path / "cache")  # a fresh machine, whose training comes out otherwise
     fake_grid.update(calls=[], target_es=0.8)
-    with pytest.raises(runs.RemadeDiffers, match=r"02_target_and_gold/t: .* e\.g\. /evaluation/target/es: 0\.9 against 0\.8"):
+    with pytest.raises(runs.RemadeDiffers,
+                       match=r"02_target_and_gold/t: .* e\.g\. /evaluation/target/es: 0\.9 against 0\.8"):
         runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=npo")
     assert fake_grid["calls"] == ["02_target_and_gold/t"]  # nothing was made from the new target
     # the committed record is kept; the remade one lies in the cache beside the checkpoint it describes
@@ -602,7 +603,7 @@ def test_a_remake_that_fails_or_is_killed_puts_the_committed_record_back_and_is_
     assert {k: v for k, v in _records(paths.RUNS_DIR).items() if ".committed" not in k} == before
 
 
-def test_after_a_stop_force_remakes_every_record_from_the_new_checkpoint_and_the_remade_record_goes(fake_grid, tmp_path):
+def test_after_a_stop_force_remakes_every_record_from_the_new_target_and_its_remade_record_goes(fake_grid, tmp_path):
     _fresh_machine(fake_grid, tmp_path)
     specs = runs.grid("t")
     with pytest.raises(runs.RemadeDiffers):
@@ -626,7 +627,7 @@ def test_the_gold_models_lineage_is_that_of_the_remade_02_run(fake_grid, tmp_pat
     assert runs.stale_inputs(mine[0], universe) == []
 
 
-def test_a_record_without_weight_hashes_is_compared_by_its_numbers_and_its_remade_weights_are_known(fake_grid, tmp_path):
+def test_a_record_without_weight_hashes_is_compared_by_its_numbers_its_remade_weights_known(fake_grid, tmp_path):
     import shutil
 
     runs.run_grid([s for s in runs.grid("t") if s.notebook.stem != "06_attacks"])
