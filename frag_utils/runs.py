@@ -688,9 +688,9 @@ def stale_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[str]:
     records carry the sha256; an unrecorded ``spec`` has nothing stale. Weights that match the
     upstream run as remade on this machine (:func:`remade_inputs`) are not stale.
 
-    Not covered: a cached checkpoint that differs from what its own record names, unless it was
-    remade by the runner (:func:`remade_results`), and notebook-02 runs of other splits, which
-    reuse the profile's target."""
+    Not covered here: a cached checkpoint that differs from what its own record names (the runner
+    checks that before a run reads it: :func:`_foreign_checkpoints`), and notebook-02 runs of other
+    splits, which reuse the profile's target."""
     return [name for name, state in input_states(spec, specs) if state == "stale"]
 
 
@@ -799,11 +799,19 @@ def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checke
         stale = stale_inputs(dep, specs)
         missing = [] if record_only else _missing(dep) + _pending(dep)
         if dep.is_complete() and not stale and not missing:
-            owner = None if record_only or keep_remade else _remade_owner(dep, specs)
-            if owner:
+            owner = None if record_only else _remade_owner(dep, specs)
+            if owner and not keep_remade:
                 raise RemadeDiffers(_remade_message(
                     owner, f"Its checkpoint in the cache (read by {dep.notebook.stem}/{dep.name}) was remade earlier "
                            f"on this machine and differs from its record"))
+            foreign = [] if record_only or owner else _foreign_checkpoints(dep)
+            if foreign:
+                raise RunError(
+                    f"{dep.notebook.stem}/{dep.name}: the checkpoint in the cache is not the one its record names "
+                    f"({'; '.join(foreign)}). Something other than this record's run made it (a worktree or branch "
+                    f"sharing this cache, an earlier version of the code, a copy by hand), so runs made from it would "
+                    f"not be what the records say. Nothing was run. Remove it and the runner remakes it from the "
+                    f"record's parameters (and compares), or give this checkout a cache of its own (FRAG_CACHE_DIR).")
             checked.add(key)
             continue
         _restore_needed(dep, specs, log, checked, keep_remade)
@@ -819,6 +827,19 @@ def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checke
             _remake(dep, log, f"needed by {spec.notebook.stem}/{spec.name}: its checkpoint is not in the cache",
                     keep_remade)
         checked.add(key)
+
+
+def _foreign_checkpoints(spec: RunSpec) -> list[str]:
+    """The cached checkpoints of a recorded run whose weights are not the ones its record names
+    (each: path, both hashes); records without weight hashes are not judged."""
+    results = json.loads((spec.out_dir / RESULTS_FILE).read_text())["results"]
+    named = _hashes(results)
+    found = []
+    for role, path in _made(results, spec.notebook.stem).items():
+        cached = None if _missing_checkpoint(path) or not named.get(role) else _checkpoint_sha256(path)
+        if cached and cached != named[role]:
+            found.append(f"{path}: weights {cached[:12]}, recorded {named[role][:12]}")
+    return found
 
 
 def _remade_owner(spec: RunSpec, specs: list[RunSpec]) -> RunSpec | None:

@@ -159,7 +159,8 @@ def test_mark_not_effective_heads_only_fully_measured_columns_under_the_threshol
 PRECISION_GA = "smol.precision__method=ga__weights=bf16"  # a deterministic record: it names the target it read
 
 
-def test_a_record_made_from_earlier_weights_of_its_input_is_stale_and_made_again(copied_runs, monkeypatch):
+def test_a_record_made_from_earlier_weights_of_its_input_is_stale_and_made_again(copied_runs, tmp_path, monkeypatch):
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "cache"))  # not this machine's cache, whatever it holds
     specs = runs.grid("smol")
     spec = next(s for s in specs if s.name == PRECISION_GA)
     old_npo = next(s for s in specs if s.name == "smol__method=npo")  # recorded before records named hashes

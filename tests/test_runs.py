@@ -643,3 +643,19 @@ def test_a_record_without_weight_hashes_is_compared_by_its_numbers_its_remade_we
     fake_grid.update(target_es=0.8)
     runs.run_grid(mine, universe=universe, force=True, keep_remade=True)
     assert runs.remade_inputs(mine[0], universe) == ["05_unlearn/t__method=npo"]
+
+
+def test_a_cached_checkpoint_that_is_not_the_recorded_one_stops_the_run_before_anything_reads_it(fake_grid, tmp_path):
+    _fresh_machine(fake_grid, tmp_path, target_es=0.9)
+    target = paths.checkpoint_dir("t", "target")
+    target.mkdir(parents=True)
+    (target / "model.safetensors").write_text("a target another worktree trained")  # the gold model is missing
+    mine, universe = _user_run("05_unlearn", original="profile-target", method="ga", lr=1e-4)
+    runs.run_grid(mine, universe=universe)  # 02 counts as missing (its gold model): remade, reproduced
+    assert fake_grid["calls"][0] == "02_target_and_gold/t"
+    (target / "model.safetensors").write_text("a target another worktree trained")
+    fake_grid["calls"].clear()
+    with pytest.raises(RunError, match=r"02_target_and_gold/t: the checkpoint in the cache is not the one its record "
+                                       r"names \(.*/target: weights [0-9a-f]{12}, recorded [0-9a-f]{12}\)"):
+        runs.run_grid(mine, universe=universe, force=True)
+    assert fake_grid["calls"] == []
