@@ -621,8 +621,11 @@ def _remade_hash(spec: RunSpec, key: str, specs: list[RunSpec]) -> tuple[str | N
 def _pending(spec: RunSpec) -> list[Path]:
     """The marker of a remake of ``spec`` that started and did not end (killed, failed): its
     checkpoint may be in the cache, unchecked, so it counts as missing and is remade (reused)."""
-    marker = remade_record_dir(spec).with_name(remade_record_dir(spec).name + ".pending")
-    return [marker] if marker.is_file() else []
+    return [_pending_marker(spec)] if _pending_marker(spec).is_file() else []
+
+
+def _pending_marker(spec: RunSpec) -> Path:
+    return remade_record_dir(spec).with_name(spec.name + ".pending")
 
 
 def _missing_checkpoint(path: Path) -> bool:
@@ -868,7 +871,7 @@ def _remake(spec: RunSpec, log: list[dict], reason: str, keep_remade: bool) -> N
     (:func:`_settle_remade`), and put the committed record back as it was, whatever happens (a
     kill included: the copy waits beside it, :func:`_put_back_committed`). Until the remake is
     settled its checkpoint counts as missing (:func:`_pending`)."""
-    pending = remade_record_dir(spec).with_name(remade_record_dir(spec).name + ".pending")
+    pending = _pending_marker(spec)
     pending.parent.mkdir(parents=True, exist_ok=True)
     pending.write_text(reason)
     shutil.copytree(spec.out_dir, _backup(spec))
