@@ -401,7 +401,8 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, remaking: 
     had_record = (spec.out_dir / RESULTS_FILE).is_file() or spec.executed.is_file()
     spec.out_dir.mkdir(parents=True, exist_ok=True)
     (spec.out_dir / RESULTS_FILE).unlink(missing_ok=True)
-    tmp = spec.out_dir / f".{spec.notebook.name}.running"
+    # hidden, ignored by git, and ending in .ipynb (papermill warns at every run about any other name)
+    tmp = spec.out_dir / f".{spec.notebook.stem}.running.ipynb"
     os.environ["FRAG_PROGRESS"] = "0"  # the kernel inherits this: no progress bars in the record
     numerics.set_deterministic_env()  # and deterministic mode, also where the kernel spec lacks it
     from .records import RUN_COMMIT_ENV, git_commit

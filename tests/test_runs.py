@@ -180,8 +180,13 @@ def fake_grid(tmp_path, monkeypatch):
     state = {"calls": [], "kill_at": None, "fail_at": None, "target_es": 0.9}
 
     def fake(input_path, output_path, parameters, **_):
+        import warnings
+
         from papermill.exceptions import PapermillExecutionError
 
+        with warnings.catch_warnings():  # the check papermill makes where it writes the notebook
+            warnings.simplefilter("error")
+            papermill.iorw.papermill_io.get_handler(output_path, extensions=[".ipynb", ".json"])
         nb = input_path.rsplit("/", 1)[-1].removesuffix(".ipynb")
         state["calls"].append(f"{nb}/{parameters['run_name']}")
         out = paths.RUNS_DIR / nb / parameters["run_name"]
