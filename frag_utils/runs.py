@@ -604,6 +604,42 @@ def remade_results(spec: RunSpec) -> dict | None:
     return None
 
 
+RECORDED, REMADE, OTHER_WEIGHTS = "recorded", "remade", "recorded, other weights"
+
+
+def checkpoint_record(notebook: str, name: str, key: str = "unlearned") -> tuple[dict, str]:
+    """The record that describes the checkpoint of recorded run ``notebook/name`` now in the cache,
+    for a notebook that reads both (notebook 06 takes the pre-attack evaluation and FRAG from it),
+    and which record it is:
+
+    - ``"remade"``: the run as remade on this machine (:func:`remade_record_dir`), kept with
+      ``--keep-remade``, when the cached weights are the remade ones;
+    - ``"recorded"``: the committed record, which names the cached weights or names no hash;
+    - ``"recorded, other weights"``: the committed record, whose weights hash under ``key`` is not
+      that of the cached checkpoint (a gold model remade with notebook 02, say): what it says of
+      those weights (their evaluation, their FRAG) is not of the weights in the cache.
+
+    The payload is :func:`frag_utils.records.read_json`'s (cache paths expanded).
+
+    Raises:
+        FileNotFoundError: the run has no record.
+    """
+    from . import records
+
+    spec = recorded_spec(notebook, name)
+    if spec is None:
+        raise FileNotFoundError(f"{notebook}/{name} has no record ({repo_relative(paths.RUNS_DIR / notebook / name)}); "
+                                f"run it first, e.g. `frag run {notebook} -f FILE --select {name}`.")
+    if remade_results(spec) is not None:
+        return records.read_json(remade_record_dir(spec) / RESULTS_FILE), REMADE
+    payload = records.read_json(spec.out_dir / RESULTS_FILE)
+    named, where = _hashes(payload["results"]).get(key), payload["results"].get(key)
+    if named and isinstance(where, str) and os.path.isabs(where) and not _missing_checkpoint(Path(where)) \
+            and _checkpoint_sha256(Path(where)) != named:
+        return payload, OTHER_WEIGHTS
+    return payload, RECORDED
+
+
 def _remade_hash(spec: RunSpec, key: str, specs: list[RunSpec]) -> tuple[str | None, str | None]:
     """``(hash, remade run)`` of the checkpoint ``spec``'s record names under ``key`` (``unlearned``,
     ``target``, ...) as remade on this machine, or ``(None, None)``. A gold run's ``unlearned`` is

@@ -664,3 +664,29 @@ def test_a_cached_checkpoint_that_is_not_the_recorded_one_stops_the_run_before_a
                                        r"names \(.*/target: weights [0-9a-f]{12}, recorded [0-9a-f]{12}\)"):
         runs.run_grid(mine, universe=universe, force=True)
     assert fake_grid["calls"] == []
+
+
+def test_the_record_read_with_a_cached_checkpoint_is_the_one_that_describes_its_weights(fake_grid, tmp_path):
+    # notebook 06 takes the pre-attack evaluation and FRAG of the model it attacks from this record
+    _fresh_machine(fake_grid, tmp_path)
+    npo, gold = ("t__method=npo", "t__method=gold")
+    mine, universe = _user_run("06_attacks", unlearned_run=npo, lr=1e-4)
+    with pytest.raises(runs.RemadeDiffers):
+        runs.run_grid(mine, universe=universe)
+    runs.run_grid(mine, universe=universe, keep_remade=True)
+    committed = json.loads((paths.RUNS_DIR / "05_unlearn" / npo / runs.RESULTS_FILE).read_text())["results"]
+    assert committed["evaluated_on"] == "target 0.9"
+    record, which = runs.checkpoint_record("05_unlearn", npo)
+    assert which == runs.REMADE and record["results"]["evaluated_on"] == "target 0.8"  # not the committed one
+    # the gold run was not remade, but its weights (02's gold model) were: its record is of other weights
+    record, which = runs.checkpoint_record("05_unlearn", gold)
+    assert which == runs.OTHER_WEIGHTS and record["results"]["method"] == "gold"
+    # the recorded weights put back: the committed records describe the cache again
+    for role in ("target", "gold_forget10"):
+        (paths.checkpoint_dir("t", role) / "model.safetensors").write_text(f"{role} 0.9")
+    (paths.checkpoint_dir("t", f"unlearned/{npo}") / "model.safetensors").write_text("npo of target 0.9")
+    assert runs.checkpoint_record("05_unlearn", gold)[1] == runs.RECORDED
+    record, which = runs.checkpoint_record("05_unlearn", npo)
+    assert which == runs.RECORDED and record["results"]["evaluated_on"] == "target 0.9"
+    with pytest.raises(FileNotFoundError, match="05_unlearn/t__method=sp has no record"):
+        runs.checkpoint_record("05_unlearn", "t__method=sp")
