@@ -616,8 +616,9 @@ def checkpoint_record(notebook: str, name: str, key: str = "unlearned") -> tuple
       ``--keep-remade``, when the cached weights are the remade ones;
     - ``"recorded"``: the committed record, which names the cached weights or names no hash;
     - ``"recorded, other weights"``: the committed record, whose weights hash under ``key`` is not
-      that of the cached checkpoint (a gold model remade with notebook 02, say): what it says of
-      those weights (their evaluation, their FRAG) is not of the weights in the cache.
+      that of the cached checkpoint, or, where it names no hash, whose weights were remade upstream
+      (a gold run's model is notebook 02's, remade with it): what it says of those weights (their
+      evaluation, their FRAG) is not of the weights in the cache.
 
     The payload is :func:`frag_utils.records.read_json`'s (cache paths expanded).
 
@@ -636,6 +637,8 @@ def checkpoint_record(notebook: str, name: str, key: str = "unlearned") -> tuple
     named, where = _hashes(payload["results"]).get(key), payload["results"].get(key)
     if named and isinstance(where, str) and os.path.isabs(where) and not _missing_checkpoint(Path(where)) \
             and _checkpoint_sha256(Path(where)) != named:
+        return payload, OTHER_WEIGHTS
+    if not named and _remade_hash(spec, key, dependency_grid([spec]))[0]:  # a record from before weight hashes
         return payload, OTHER_WEIGHTS
     return payload, RECORDED
 

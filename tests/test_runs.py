@@ -220,13 +220,13 @@ def fake_grid(tmp_path, monkeypatch):
                 (ckpt / "model.safetensors").write_text(f"{parameters['method']} of {target}")
             results.update(method=parameters["method"], unlearned=str(ckpt), evaluated_on=target, checkpoint_sha256={
                 "original": _sha(paths.checkpoint_dir("t", "target")), "unlearned": _sha(ckpt)})
-        if nb == "06_attacks":
-            run = paths.RUNS_DIR / "05_unlearn" / parameters["unlearned_run"] / runs.RESULTS_FILE
-            from frag_utils import records  # as notebook 06 reads it: cache paths are stored portable
-
-            unlearned = records.read_json(run)["results"]["unlearned"]
+        if nb == "06_attacks":  # as notebook 06 reads the record of the model it attacks
+            source, which = runs.checkpoint_record("05_unlearn", parameters["unlearned_run"])
+            unlearned = source["results"]["unlearned"]
             assert (paths.Path(unlearned) / "model.safetensors").is_file(), "06 ran without its checkpoint"
             results["checkpoint_sha256"] = {"attacked": _sha(paths.Path(unlearned))}
+            # what it takes from that record: the evaluation before the attack (here: what it was made from)
+            results["before"] = source["results"].get("evaluated_on") if which != runs.OTHER_WEIGHTS else None
         (out / runs.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": parameters}, "results": results}))
         with open(output_path, "w") as f:
             json.dump({"executed": parameters["run_name"]}, f)
@@ -678,9 +678,17 @@ def test_the_record_read_with_a_cached_checkpoint_is_the_one_that_describes_its_
     assert committed["evaluated_on"] == "target 0.9"
     record, which = runs.checkpoint_record("05_unlearn", npo)
     assert which == runs.REMADE and record["results"]["evaluated_on"] == "target 0.8"  # not the committed one
-    # the gold run was not remade, but its weights (02's gold model) were: its record is of other weights
+    attack = json.loads((mine[0].out_dir / runs.RESULTS_FILE).read_text())["results"]
+    assert attack["before"] == "target 0.8"  # the attack's "before" is that of the weights it attacked
+    # the gold run was not remade, but its weights (02's gold model) were: its record is of other weights,
+    # whether it names their hash or (a record from before weight hashes) not
+    gold_file = paths.RUNS_DIR / "05_unlearn" / gold / runs.RESULTS_FILE
     record, which = runs.checkpoint_record("05_unlearn", gold)
     assert which == runs.OTHER_WEIGHTS and record["results"]["method"] == "gold"
+    hashless = json.loads(gold_file.read_text())
+    del hashless["results"]["checkpoint_sha256"]
+    gold_file.write_text(json.dumps(hashless))
+    assert runs.checkpoint_record("05_unlearn", gold)[1] == runs.OTHER_WEIGHTS
     # the recorded weights put back: the committed records describe the cache again
     for role in ("target", "gold_forget10"):
         (paths.checkpoint_dir("t", role) / "model.safetensors").write_text(f"{role} 0.9")
