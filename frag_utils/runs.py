@@ -607,7 +607,7 @@ def remade_results(spec: RunSpec) -> dict | None:
 RECORDED, REMADE, OTHER_WEIGHTS = "recorded", "remade", "recorded, other weights"
 
 
-def checkpoint_record(notebook: str, name: str, key: str = "unlearned") -> tuple[dict, str]:
+def checkpoint_record(notebook: str, name: str) -> tuple[dict, str]:
     """The record that describes the checkpoint of recorded run ``notebook/name`` now in the cache,
     for a notebook that reads both (notebook 06 takes the pre-attack evaluation and FRAG from it),
     and which record it is:
@@ -615,9 +615,10 @@ def checkpoint_record(notebook: str, name: str, key: str = "unlearned") -> tuple
     - ``"remade"``: the run as remade on this machine (:func:`remade_record_dir`), kept with
       ``--keep-remade``, when the cached weights are the remade ones;
     - ``"recorded"``: the committed record, which names the cached weights or names no hash;
-    - ``"recorded, other weights"``: the committed record, whose weights hash under ``key`` is not
-      that of the cached checkpoint, or, where it names no hash, whose weights were remade upstream
-      (a gold run's model is notebook 02's, remade with it): what it says of those weights (their
+    - ``"recorded, other weights"``: the committed record, where a checkpoint it names as made is in
+      the cache with other weights than the hash it names (:func:`_foreign_checkpoints`), or was
+      remade upstream (:func:`_remade_owner`: a gold run's model is notebook 02's, remade with it;
+      this also covers records from before weight hashes): what it says of those weights (their
       evaluation, their FRAG) is not of the weights in the cache.
 
     The payload is :func:`frag_utils.records.read_json`'s (cache paths expanded).
@@ -634,11 +635,7 @@ def checkpoint_record(notebook: str, name: str, key: str = "unlearned") -> tuple
     if remade_results(spec) is not None:
         return records.read_json(remade_record_dir(spec) / RESULTS_FILE), REMADE
     payload = records.read_json(spec.out_dir / RESULTS_FILE)
-    named, where = _hashes(payload["results"]).get(key), payload["results"].get(key)
-    if named and isinstance(where, str) and os.path.isabs(where) and not _missing_checkpoint(Path(where)) \
-            and _checkpoint_sha256(Path(where)) != named:
-        return payload, OTHER_WEIGHTS
-    if not named and _remade_hash(spec, key, dependency_grid([spec]))[0]:  # a record from before weight hashes
+    if _foreign_checkpoints(spec) or _remade_owner(spec, dependency_grid([spec])) is not None:
         return payload, OTHER_WEIGHTS
     return payload, RECORDED
 
@@ -661,7 +658,8 @@ def _remade_hash(spec: RunSpec, key: str, specs: list[RunSpec]) -> tuple[str | N
 def _pending(spec: RunSpec) -> list[Path]:
     """The marker of a remake of ``spec`` that started and did not end (killed, failed): its
     checkpoint may be in the cache, unchecked, so it counts as missing and is remade (reused)."""
-    return [_pending_marker(spec)] if _pending_marker(spec).is_file() else []
+    marker = _pending_marker(spec)
+    return [marker] if marker.is_file() else []
 
 
 def _pending_marker(spec: RunSpec) -> Path:

@@ -696,5 +696,8 @@ def test_the_record_read_with_a_cached_checkpoint_is_the_one_that_describes_its_
     assert runs.checkpoint_record("05_unlearn", gold)[1] == runs.RECORDED
     record, which = runs.checkpoint_record("05_unlearn", npo)
     assert which == runs.RECORDED and record["results"]["evaluated_on"] == "target 0.9"
+    # weights that something else made (another worktree sharing the cache): not the record's
+    (paths.checkpoint_dir("t", f"unlearned/{npo}") / "model.safetensors").write_text("npo made elsewhere")
+    assert runs.checkpoint_record("05_unlearn", npo)[1] == runs.OTHER_WEIGHTS
     with pytest.raises(FileNotFoundError, match="05_unlearn/t__method=sp has no record"):
         runs.checkpoint_record("05_unlearn", "t__method=sp")
