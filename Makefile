@@ -7,15 +7,7 @@ STAMP := $(VENV)/.frag-installed
 PROFILE ?= smol
 SELECT ?=
 FORCE ?=
-KEEP_REMADE ?=
 export FRAG_PROGRESS ?= 0
-# Deterministic mode (frag_utils/numerics.py): fp32, torch's AVX2 kernels, MKL's one code path for
-# every x86-64 vendor (COMPATIBLE), a fixed thread count. FRAG_DETERMINISTIC=0 opts out (faster
-# kernels of this CPU, numbers that depend on it).
-ifneq ($(FRAG_DETERMINISTIC),0)
-export ATEN_CPU_CAPABILITY ?= avx2
-export MKL_CBWR ?= COMPATIBLE
-endif
 
 .PHONY: setup test lint test-package test-notebooks reproduce verify bench clean-scratch
 
@@ -43,9 +35,10 @@ test-notebooks: $(STAMP)
 	$(PY) -m pytest --nbval-lax notebooks/ -q -p no:cacheprovider
 
 reproduce: $(STAMP)
-	$(PY) -m frag_utils reproduce --profile $(PROFILE) $(if $(SELECT),--select $(SELECT),) $(if $(FORCE),--force,) $(if $(KEEP_REMADE),--keep-remade,)
+	$(PY) -m frag_utils reproduce --profile $(PROFILE) $(if $(SELECT),--select $(SELECT),) $(if $(FORCE),--force,)
 
-# make verify RUN=02_target_and_gold/tiny: remake a recorded run (and what it reads) from an empty cache, compare
+# make verify RUN=02_target_and_gold/tiny: remake a recorded run (and what it reads) from an empty cache and print
+# its drift against the record; fails only outside papermill_runs/tolerance.yaml
 verify: $(STAMP)
 	@test -n "$(RUN)" || { echo "make verify needs RUN=<notebook>/<run folder>, e.g. RUN=02_target_and_gold/tiny"; exit 2; }
 	$(PY) -m frag_utils verify $(RUN)

@@ -32,9 +32,8 @@ from typing import Any, Callable, Sequence
 from torch import nn
 from transformers import TrainerCallback
 
-from . import data, train
+from . import cache, data, train
 from .records import atomic_write_text
-from .unlearn import records_digest
 
 ATTACK_DATA = ("retain", "forget", "forget_retain", "paraphrased_forget", "mix50", "forget_general")
 # Our name -> (TrainingArguments.optim, optim_args).
@@ -66,7 +65,7 @@ class AttackConfig:
     weight_decay: float = 0.01
     warmup_epochs: float = 1.0  # reference: one epoch, i.e. a one-epoch attack never reaches its peak lr
     scheduler: str = "linear"
-    bf16: bool = False  # bf16 autocast over the stored weights (GPU; refused on the CPU in deterministic mode)
+    bf16: bool = False  # bf16 autocast over the stored weights (GPU; refused on the CPU, which computes in fp32)
     weights: str = "fp32"  # storage: fp32 | bf16 (rounded after every step, as OpenUnlearning trains)
     seed: int = 42
     max_len: int = 256
@@ -225,7 +224,7 @@ def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: A
     work_dir = Path(work_dir)
     # how often state is saved changes nothing
     trained = {k: v for k, v in config.as_dict().items() if k != "save_steps"}
-    train.guard_work_dir(work_dir, {"config": trained, "data": records_digest(records), "model": model_id,
+    train.guard_work_dir(work_dir, {"config": trained, "data": cache.records_digest(records), "model": model_id,
                                     "evaluation": {**(eval_key or {}), "epochs": sorted(wanted)}},
                          "attack", SPEC_FILE, replace_other)
     if config.lora_rank > 0:

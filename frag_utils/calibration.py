@@ -10,12 +10,10 @@ For every selected ``nn.Linear`` with weight ``[d_out, d_in]``, a forward pre-ho
 
 Padding never enters a norm: batches are right-padded and padded positions are masked out.
 Both passes (forget and retain) run the same, original model. Norms are cached to disk as
-safetensors, keyed by model, data, split, N, length, selection, template and statistic.
+safetensors under a :func:`frag_utils.cache.key` (model, text, settings, code).
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -173,30 +171,17 @@ def activation_norms(model: nn.Module, tokenizer: Any, records: Sequence[dict], 
     return {k: (v / n).sqrt().float().cpu() for k, v in acc.items()}
 
 
-def _cache_file(key: dict) -> Path:
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+def _cache_file(model_id: str, data_source: str, split: str, records: Sequence[dict], modules: Iterable[str],
+                config: CalibConfig, dtype: torch.dtype = torch.float32) -> Path:
+    """Where the norms of these settings are cached: named by their :func:`frag_utils.cache.key`
+    (the model's identity, the calibration text itself, the settings, the dtype, the code)."""
+    from . import cache
+
+    text = [[r["question"], r["answer"]] for r in select_records(records, config)]
+    settings = {"data": data_source, "split": split, "modules": sorted(modules), "text": cache.records_digest(text),
+                **config.as_dict(), "dtype": str(dtype)}
+    digest = cache.key("calibration", settings, {"model": model_id})[:24]
     return paths.cache_dir() / "calibration" / f"{digest}.safetensors"
-
-
-def model_key(name_or_path: str) -> dict:
-    """What identifies a model's weights for the cache: its name, and for a directory the
-    sizes and modification times of its weight files."""
-    folder = Path(name_or_path).expanduser()
-    if folder.is_dir():
-        files = sorted(folder.glob("*.safetensors"))
-        return {"path": str(folder.resolve()),
-                "files": [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in files]}
-    return {"name": name_or_path}
-
-
-def _norms_key(model_id: str, data_source: str, split: str, records: Sequence[dict], modules: Iterable[str],
-               config: CalibConfig, dtype: torch.dtype = torch.float32) -> dict:
-    # the key holds the text itself (hashed), so changed data never reuses stale norms; a model
-    # run in another dtype than fp32 (bf16 on a GPU) gives other norms and keys them apart
-    text = json.dumps([[r["question"], r["answer"]] for r in select_records(records, config)])
-    return {"model": model_key(model_id), "data": data_source, "split": split, "modules": sorted(modules),
-            "text_sha256": hashlib.sha256(text.encode()).hexdigest(), **config.as_dict(),
-            **({"dtype": str(dtype)} if dtype != torch.float32 else {})}
 
 
 def cached_norms(model_id: str, data_source: str, split: str, records: Sequence[dict], modules: Iterable[str],
@@ -206,7 +191,7 @@ def cached_norms(model_id: str, data_source: str, split: str, records: Sequence[
     from safetensors.torch import load_file
 
     modules = list(modules)
-    file = _cache_file(_norms_key(model_id, data_source, split, records, modules, config, dtype))
+    file = _cache_file(model_id, data_source, split, records, modules, config, dtype)
     if not file.is_file():
         return None
     norms = load_file(str(file))
@@ -224,15 +209,14 @@ def calibrate(model: nn.Module, tokenizer: Any, model_id: str, data_source: str,
     from safetensors.torch import save_file
 
     dtype = next(model.parameters()).dtype
-    key = _norms_key(model_id, data_source, split, records, modules, config, dtype)
     norms = cached_norms(model_id, data_source, split, records, modules, config, dtype) if use_cache else None
     if norms is not None:
         return norms, True
     norms = activation_norms(model, tokenizer, records, modules, config)
-    file = _cache_file(key)
+    file = _cache_file(model_id, data_source, split, records, modules, config, dtype)
     file.parent.mkdir(parents=True, exist_ok=True)
     tmp = file.with_suffix(".tmp")
-    save_file({k: v.contiguous() for k, v in norms.items()}, str(tmp), metadata={"key": json.dumps(key)})
+    save_file({k: v.contiguous() for k, v in norms.items()}, str(tmp))
     tmp.replace(file)
     return norms, False
 

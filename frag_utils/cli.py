@@ -122,9 +122,9 @@ def _summary(log: list[dict], chosen: list[str], where: str) -> str:
 
 
 def _run(args: argparse.Namespace) -> list[dict]:
-    from . import paths, runs
+    from . import parameters, paths, runs
 
-    overrides = {name: runs.parse_cli_value(value) for name, value in args.param}
+    overrides = {name: parameters.parse_cli_value(value) for name, value in args.param}
     specs = runs.plan_run(args.notebook, args.file, overrides)
     if args.select:  # some runs of a file: those whose name holds every --select
         planned = specs
@@ -136,7 +136,7 @@ def _run(args: argparse.Namespace) -> list[dict]:
     universe = runs.dependency_grid(specs)  # upstream runs are remade as `frag reproduce` remakes them
     log: list[dict] = []
     try:
-        return runs.run_grid(specs, force=args.force, universe=universe, log=log, keep_remade=args.keep_remade)
+        return runs.run_grid(specs, force=args.force, universe=universe, log=log)
     finally:
         where = (f"record: {runs.repo_relative(specs[0].out_dir)}/" if len(specs) == 1 else
                  f"records: {runs.repo_relative(paths.RUNS_DIR / specs[0].notebook.stem)}/<run>/ for the {len(specs)} "
@@ -154,7 +154,7 @@ def _reproduce(args: argparse.Namespace) -> list[dict]:
     chosen = [n for n in names if not args.select or args.select in n]
     log: list[dict] = []
     try:
-        return runs.run_grid(specs, force=args.force, select=args.select, log=log, keep_remade=args.keep_remade)
+        return runs.run_grid(specs, force=args.force, select=args.select, log=log)
     finally:
         where = (f"records: {runs.repo_relative(paths.RUNS_DIR)}/<notebook>/{args.profile}*/; tables and figures: "
                  f"{runs.repo_relative(paths.FIGURES_DIR / args.profile)}/ (collected by notebook 09_figures)")
@@ -164,17 +164,11 @@ def _reproduce(args: argparse.Namespace) -> list[dict]:
 def _verify(args: argparse.Namespace) -> list[dict]:
     from . import runs
 
-    report = runs.verify(args.run, args.workdir)
-    for entry in report:
-        print(f"{entry['run']}: {'identical' if entry['identical'] else 'DIFFERS'}")
-        for name, state in entry["checkpoints"].items():
-            print(f"  checkpoint {name}: {state}")
-        for d in entry["differences"][:20]:
-            print(f"  {d}")
-        if len(entry["differences"]) > 20:
-            print(f"  ... and {len(entry['differences']) - 20} more")
-    if not all(e["identical"] for e in report):
-        raise runs.RunError("the remade runs differ from their records (listed above)")
+    report = runs.verify(args.run, args.workdir)  # prints each run's drift table
+    outside = [e["run"] for e in report if e["verdict"] == "outside tolerance"]
+    if outside:
+        raise runs.RunError(f"{', '.join(outside)}: remade outside the tolerances of papermill_runs/tolerance.yaml "
+                            "(the rows marked OUTSIDE above)")
     return report
 
 
@@ -188,10 +182,6 @@ def _dry_run(args: argparse.Namespace) -> list[dict]:
     print(f"paper dry run: {len(log)} runs ({sum(e['status'] == 'done' for e in log)} made) on {args.device}; "
           f"records in {root}/papermill_runs, figures in {root}/figures/paper", flush=True)
     return log
-
-
-KEEP_HELP = ("when a checkpoint remade here (missing from the cache) differs from its record, go on with it; "
-             "what is made from it is listed as yours by notebook 09, never in the grid's tables")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -268,10 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--out", required=True, help="checkpoint directory to write (replaced whole)")
     pr.set_defaults(func=_prune)
 
-    ve = sub.add_parser("verify", help="remake a recorded run and what it reads from, from an empty cache, "
-                                       "and compare every number and checkpoint hash with the record")
+    ve = sub.add_parser("verify", help="remake a recorded run and what it reads from, from an empty cache, and print "
+                                       "the drift against each record (fails outside papermill_runs/tolerance.yaml)")
     ve.add_argument("run", help="<notebook>/<run folder>, e.g. 02_target_and_gold/tiny")
-    ve.add_argument("--workdir", default=None, help="keep the clone and its cache here (default: a temporary folder)")
+    ve.add_argument("--workdir", default=None, help="remake into this empty folder, kept (default: a temporary one)")
     ve.set_defaults(func=_verify)
 
     dry = sub.add_parser("dry-run", help="every notebook of the paper profile, with its parameter files, on a "
@@ -288,7 +278,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--select", action="append", default=[], metavar="TEXT",
                      help="only the runs whose '<notebook>/<run>' name holds TEXT (repeat: every one)")
     run.add_argument("--force", action="store_true", help="rerun even if a complete record exists")
-    run.add_argument("--keep-remade", action="store_true", help=KEEP_HELP)
     run.set_defaults(func=_run)
 
     known = profiles()  # the folders of papermill_runs/params/
@@ -297,7 +286,6 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a folder of papermill_runs/params/ (default: smol)")
     rep.add_argument("--select", default=None, help="only runs whose '<notebook>/<run>' contains this")
     rep.add_argument("--force", action="store_true")
-    rep.add_argument("--keep-remade", action="store_true", help=KEEP_HELP)
     rep.set_defaults(func=_reproduce)
     return parser
 

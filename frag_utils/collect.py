@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from . import analysis, attacks, multiple_choice, paths, records, runs, tables
+from . import analysis, attacks, multiple_choice, parameters, paths, records, runs, tables
 
 METHOD_ORDER = ("gold", "ga", "graddiff", "npo", "rmu", "sp", "frp")
 KNOBS = ["sparsity", "frp_variant", "frp_lam", "frp_veto", "frp_beta", "lr", "rmu_coeff"]
@@ -53,7 +53,7 @@ def recorded_runs(notebook: str, profile: str) -> list[dict]:
     """Every complete run of ``notebook`` made with ``profile`` (a ``results.json`` beside its
     executed notebook), in name order, each with its ``run`` (``<notebook>/<run folder>``)."""
     found = []
-    for file in sorted((paths.RUNS_DIR / notebook).glob("*/" + runs.RESULTS_FILE)):
+    for file in sorted((paths.RUNS_DIR / notebook).glob("*/" + paths.RESULTS_FILE)):
         rec = records.read_json(file)
         if rec["provenance"]["params"].get("profile") == profile and (file.parent / f"{notebook}.ipynb").is_file():
             found.append({"run": f"{notebook}/{file.parent.name}", **rec})
@@ -86,17 +86,12 @@ class Collection:
     """The complete records of ``profile`` and the parameter files that name its grid.
 
     Attributes:
-        method_runs: every notebook-05 record of the profile; ``method_by_run`` by run name. Less
-            ``stale_methods``: those made from earlier weights of their input than its record now
-            names (:func:`frag_utils.runs.stale_inputs`).
+        method_runs: every notebook-05 record of the profile; ``method_by_run`` by run name.
         all_attacks: every notebook-06 record by its parameters (a run two files list is run once,
             under the first name; defaults left out of the key, as the runner does), less the stale
-            ones (``stale``: the 05 run they attacked was redone or removed since, or its record
-            names other weights than the attack read).
+            ones (``stale``: the 05 run they attacked was redone or removed since: its FRAG or L2
+            are no longer what the attack recorded).
         attacks: those of ``forget_split``.
-        remade: run -> the upstream runs whose weights it read as remade on this machine, where
-            they differ from their records (:func:`frag_utils.runs.remade_inputs`); such runs
-            (``mine_05``, ``mine_06``) are in no grid table, only in :meth:`other_runs`.
         sources: table name -> the runs it was built from (filled as tables are built);
             ``provenance``: table name -> the rules that chose its rows, where a parameter did.
     """
@@ -104,30 +99,11 @@ class Collection:
     def __init__(self, profile: str, forget_split: str = "forget10") -> None:
         self.profile, self.forget_split = profile, forget_split
         self.params_dir = paths.PARAMS_DIR / profile
-        # a record made from earlier weights of its inputs than their records now name (the input
-        # was made again since) is left out, and said: it describes a model the grid no longer has.
-        # One made from weights remade on this machine that differ from their record (frag run
-        # --keep-remade) is of this machine's lineage: never in the grid's tables, listed as the user's.
-        specs = runs.grid(profile) if profile in runs.profiles() else []
-        by_name = {f"{s.notebook.stem}/{s.name}": s for s in specs}
-
-        def inputs(record) -> dict[str, str]:  # upstream run -> "stale" | "remade", of a user's record too
-            spec = by_name.get(record["run"]) or runs.recorded_spec(*record["run"].split("/", 1))
-            return dict(runs.input_states(spec, specs)) if spec else {}
-
-        found_05 = recorded_runs("05_unlearn", profile)
         found_06 = recorded_runs("06_attacks", profile)
-        states = {r["run"]: inputs(r) for r in found_05 + found_06}
-        self.remade = {run: sorted(n for n, v in st.items() if v == "remade") for run, st in states.items()
-                       if "remade" in st.values() and "stale" not in st.values()}
-        self.stale_methods = [r["run"] for r in found_05 if "stale" in states[r["run"]].values()]
-        self.mine_05 = [r for r in found_05 if r["run"] in self.remade]
-        self.method_runs = [r for r in found_05 if r["run"] not in self.stale_methods and r["run"] not in self.remade]
+        self.method_runs = recorded_runs("05_unlearn", profile)
         self.method_by_run = {_name(r): r for r in self.method_runs}
-        self.defaults_06 = runs.notebook_defaults("06_attacks")
-        found = {runs.params_key(r["provenance"]["params"], self.defaults_06): r
-                 for r in found_06 if r["run"] not in self.remade}
-        self.mine_06 = [r for r in found_06 if r["run"] in self.remade]
+        self.defaults_06 = parameters.notebook_defaults("06_attacks")
+        found = {parameters.params_key(r["provenance"]["params"], self.defaults_06): r for r in found_06}
 
         # stale: the copied pre-attack properties of the unlearned weights no longer match its 05 run
         def attacked_other_weights(r):
@@ -135,8 +111,7 @@ class Collection:
             return bool(u) and (u not in self.method_by_run or any(
                 _row(r)[k] != _row(self.method_by_run[u])[k] for k in ("FRAG_x100", "l2_all")))
 
-        self.stale = [r["run"] for r in found.values()
-                      if "stale" in states[r["run"]].values() or attacked_other_weights(r)]
+        self.stale = [r["run"] for r in found.values() if attacked_other_weights(r)]
         self.all_attacks = {k: r for k, r in found.items() if r["run"] not in self.stale}
         self.attacks = {k: r for k, r in self.all_attacks.items() if _row(r)["forget_split"] == forget_split}
         self.sources: dict[str, list[str]] = {}
@@ -155,7 +130,7 @@ class Collection:
         """The recorded runs of one notebook-06 file (of ``forget_split`` unless ``every_split``),
         in file order; runs not recorded yet are left out."""
         pool = self.all_attacks if every_split else self.attacks
-        keys = [runs.params_key(s.params, self.defaults_06) for s in self.planned("06_attacks", name)]
+        keys = [parameters.params_key(s.params, self.defaults_06) for s in self.planned("06_attacks", name)]
         return [pool[k] for k in keys if k in pool]
 
     def methods_of_file(self, name: str) -> list[dict]:
@@ -164,8 +139,7 @@ class Collection:
 
     def label(self, unlearned_run: str) -> str:
         """The attacked model: its method, with the strength knobs of its 05 run."""
-        rec = self.method_by_run.get(unlearned_run) or next(
-            (r for r in self.mine_05 if _name(r) == unlearned_run), None)  # or a model of this machine's lineage
+        rec = self.method_by_run.get(unlearned_run)
         if rec is None:
             return unlearned_run
         set_knobs = [f"{k} {v}" for k, v in knobs(rec).items() if v != ""]
@@ -318,7 +292,7 @@ class Collection:
         pooled = ("unlearned_run", "forget_split") if pool_splits else ("unlearned_run",)
 
         def without_model(params):
-            return runs.params_key({k: v for k, v in params.items() if k not in pooled}, self.defaults_06)
+            return parameters.params_key({k: v for k, v in params.items() if k not in pooled}, self.defaults_06)
 
         standard = {without_model(s.params) for s in self.planned("06_attacks", "06_attacks.yaml")
                     if s.params["attack_data"] == "forget_retain"}
@@ -554,10 +528,10 @@ class Collection:
         parameters (a user's rerun or own file): the attacks beside the grid's ΔES for the same model and attack data
         (``grid_delta_es``), and the notebook-05 runs."""
         specs = runs.grid(self.profile) if self.profile in runs.profiles() else []
-        defaults = {nb: runs.notebook_defaults(nb) for nb in ("05_unlearn", "06_attacks")}
+        defaults = {nb: parameters.notebook_defaults(nb) for nb in ("05_unlearn", "06_attacks")}
 
         def identity(notebook, params):  # a record the grid holds under another name is the grid's
-            return notebook, runs.params_key(params, defaults[notebook], notebook=notebook)
+            return notebook, parameters.params_key(params, defaults[notebook], notebook=notebook)
 
         in_grid = ({f"{s.notebook.stem}/{s.name}" for s in specs}
                    | {identity(s.notebook.stem, s.params) for s in specs if s.notebook.stem in defaults})
@@ -565,9 +539,9 @@ class Collection:
         def user_run(notebook, r):
             return r["run"] not in in_grid and identity(notebook, r["provenance"]["params"]) not in in_grid
 
-        other_05 = [r for r in self.method_runs if user_run("05_unlearn", r)] + self.mine_05
+        other_05 = [r for r in self.method_runs if user_run("05_unlearn", r)]
         other_06 = [r for r in recorded_runs("06_attacks", self.profile) if r["run"] not in self.stale
-                    and r["run"] not in self.remade and user_run("06_attacks", r)] + self.mine_06
+                    and user_run("06_attacks", r)]
         by_run = {r["run"]: r for r in self.all_attacks.values()}
         grid_fr = {(_row(by_run[n])["unlearned_run"], _row(by_run[n])["attack_data"]): _row(by_run[n])["delta_es"]
                    for n in main_attack_runs}
@@ -577,17 +551,13 @@ class Collection:
              "es_after": _row(r)["es_after"], "delta_es": _row(r)["delta_es"],
              "model_utility_after": _row(r)["model_utility_after"],
              "grid_delta_es": grid_fr.get((_row(r)["unlearned_run"], _row(r)["attack_data"]), float("nan")),
-             "made_from": self.made_from(r), "run": r["run"]} for r in other_06])
-        methods = self._method_frame(other_05).assign(made_from=[self.made_from(r) for r in other_05])
+             "run": r["run"]} for r in other_06])
+        methods = self._method_frame(other_05)
         self.sources["other_runs_attacks"] = list(attacks_.run) if len(attacks_) else []
         self.sources["other_runs_unlearning"] = list(methods.run)
         print(f"runs outside the profile's parameter files: {len(methods)} of notebook 05, "
               f"{len(attacks_)} of notebook 06")
         return attacks_, methods
-
-    def made_from(self, record: dict) -> str:
-        """``recorded``, or the runs whose weights it read as remade on this machine (not as recorded)."""
-        return "remade " + ", ".join(self.remade[record["run"]]) if record["run"] in self.remade else "recorded"
 
     # -- what the figures plot -------------------------------------------------------------------
     def per_layer_frag(self) -> pd.DataFrame:

@@ -10,8 +10,8 @@ Only three things are replaced, so that everything a GPU user runs is executed:
   config names (the embedded synthetic authors);
 - **sizes**: records, tokens, calibration sequences, epochs and accumulation (:data:`SIZES`).
 
-On the CPU, bf16 autocast (the files' ``bf16: true``) is turned off, as deterministic mode
-requires; bf16 weight storage stays. On a GPU (``device='cuda'``) the files' precision is kept.
+On the CPU, bf16 autocast (the files' ``bf16: true``) is turned off (CPU runs compute in fp32);
+bf16 weight storage stays. On a GPU (``device='cuda'``) the files' precision is kept.
 Records and figures go to a work folder (``FRAG_RUNS_DIR``, ``FRAG_FIGURES_DIR``), never into the
 repository; the run names are the paper grid's own.
 """
@@ -21,7 +21,7 @@ import os
 import shutil
 from pathlib import Path
 
-from . import paths, runs
+from . import parameters, paths, runs
 
 PROFILE = "paper"
 HUB_MODELS = {  # hub id -> seed of its stand-in
@@ -81,7 +81,7 @@ def plan(root: Path, device: str = "cpu") -> list[runs.RunSpec]:
         p = spec.params
         if spec.notebook.stem == "06_attacks" and p["attack_data"] not in ATTACKED.get(p["unlearned_run"], ()):
             continue
-        declared = runs.declared_parameters(spec.notebook)
+        declared = parameters.declared_parameters(spec.notebook)
         new = {k: local.get(v, v) if isinstance(v, str) else v for k, v in p.items()}
         for k, v in SIZES.items():
             if k in declared:
@@ -91,8 +91,8 @@ def plan(root: Path, device: str = "cpu") -> list[runs.RunSpec]:
         if "device" in declared:
             new["device"] = device
         if device == "cpu" and new.get("bf16"):
-            new["bf16"] = False  # deterministic mode computes in fp32 on the CPU
-        spec.params = runs.check_parameters(spec.notebook, new)
+            new["bf16"] = False  # CPU runs compute in fp32
+        spec.params = parameters.check_parameters(spec.notebook, new)
         chosen.append(spec)
     return chosen
 

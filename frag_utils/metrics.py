@@ -20,11 +20,8 @@ Every metric returns per-example values and the aggregate.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
@@ -55,7 +52,7 @@ def _autocast(enabled: bool, device: torch.device):
         return contextlib.nullcontext()
     from .numerics import check_autocast
 
-    check_autocast(True, device.type)  # CPU-dependent numbers are refused in deterministic mode
+    check_autocast(True, device.type)  # bf16 autocast is refused on the CPU, which computes in fp32
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
@@ -268,8 +265,8 @@ def harmonic_mean(values: Sequence[float]) -> float:
     """Harmonic mean, ``n / sum(1 / x)``; 0 when any value is 0 (as scipy's hmean).
 
     Not ``scipy.stats.hmean`` itself: it computes ``1 / mean(1 / x)``, which rounds differently in
-    the last bit (77 of the 339 Model Utility values in the committed records), and a remade run is
-    compared with its record exactly. The tests check this one against hmean.
+    the last bit (77 of the 339 Model Utility values in the committed records, which were computed
+    with this one). The tests check this one against hmean.
     """
     arr = np.asarray(values, dtype=float)
     if arr.size == 0 or not np.all(np.isfinite(arr)):
@@ -377,28 +374,23 @@ def es_on_source(model: Any, tokenizer: Any, data_source: str, forget_split: str
 
 def evaluate_model_cached(model_id: str, data_source: str, forget_split: str, limit: int | None = None,
                           max_new_tokens: int = 64, batch_size: int = 16, device: str = "cpu",
-                          cache_folder: str | None = None, dtype: torch.dtype = torch.float32) -> dict:
-    """:func:`evaluate_on_source` of a saved model, cached on disk (in ``cache_folder``, default
-    ``<cache>/evaluations``).
+                          dtype: torch.dtype = torch.float32) -> dict:
+    """:func:`evaluate_on_source` of a saved model, cached on disk under a
+    :func:`frag_utils.cache.key`: the model's identity (a cached checkpoint's own key), the
+    evaluation data's content, every setting and the package's code. Every run that evaluates the
+    same weights the same way (a target read by many runs, an unlearned model and its attacks)
+    computes it once.
 
-    The cache key is the model's identity (name, or for a directory its weight files' sizes and
-    modification times), the evaluation data's content and every setting, so a retrained or
-    re-saved model, other data or other settings are evaluated afresh. Used where one model (a
-    target) is evaluated by many runs.
     """
-    from . import calibration, data, models, paths, records
+    from . import cache, data, models
 
     sets = [f"{forget_split}_perturbed", "retain_perturbed", *UTILITY_SETS]
-    key = {"model": calibration.model_key(model_id), "data_source": data_source,
-           **({"prompt_template": prompts.template_name()} if prompts.template_name() != "model" else {}),
-           "data": {s: data.load_split(data_source, s, limit) for s in sets},
-           "max_new_tokens": max_new_tokens, "batch_size": batch_size, "device": device,
-           **({"dtype": str(dtype)} if dtype != torch.float32 else {})}
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:20]
-    file = Path(cache_folder or paths.cache_dir() / "evaluations") / f"{digest}.json"
-    if file.is_file():
-        return {**json.loads(file.read_text()), "cached": True}
-    model, tokenizer = models.load_model(model_id, device=device, dtype=dtype)
-    res = evaluate_on_source(model, tokenizer, data_source, forget_split, limit, max_new_tokens, batch_size)
-    records.atomic_write_text(file, json.dumps(res, default=str))
-    return {**res, "cached": False}
+    settings = {"data_source": data_source, "prompt_template": prompts.template_name(),
+                "data": cache.records_digest([data.load_split(data_source, s, limit) for s in sets]),
+                "max_new_tokens": max_new_tokens, "batch_size": batch_size, "device": device, "dtype": str(dtype)}
+
+    def compute() -> dict:
+        model, tokenizer = models.load_model(model_id, device=device, dtype=dtype)
+        return evaluate_on_source(model, tokenizer, data_source, forget_split, limit, max_new_tokens, batch_size)
+
+    return cache.cached_json("evaluation", settings, {"model": model_id}, compute)[0]

@@ -1,31 +1,12 @@
-"""Numerics: the deterministic CPU mode, and bf16 weight storage.
+"""Numerics: the thread count, devices and dtypes, and bf16 weight storage.
 
-**Deterministic mode.** fp32 results on the CPU depend on which vectorised kernels torch
-dispatches to (``ATEN_CPU_CAPABILITY``: ``default``, ``avx2``, ``avx512``), on the code path MKL's
-GEMMs take, and on the number of intra-op threads (how a reduction is split; oneDNN's ISA cap does
-not matter). Measured: the tiny model's target trained at 1 thread differs from the one trained at
-2; and the tiny target made on an Intel Xeon with ``MKL_CBWR=AVX2`` differs from the one an AMD
-EPYC makes with the same setting, because MKL's ``AVX2`` reproducibility branch exists on Intel CPUs
-only (elsewhere it silently falls back to the CPU's own dispatch). ``COMPATIBLE`` is MKL's one code
-path for Intel and AMD CPUs alike (SSE2 without approximate reciprocals), at about twice the time
-of a training step. So a CPU run is meant to be a function of code, data, parameters and seed on
-any x86-64 CPU with AVX2 when, before torch is imported,
-
-* ``ATEN_CPU_CAPABILITY=avx2`` and ``MKL_CBWR=COMPATIBLE`` (MKL's conditional numerical
-  reproducibility) are set,
-* the thread count is fixed: ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` are set to
-  ``FRAG_THREADS`` (default :data:`DETERMINISTIC_THREADS`, what every record so far was made
-  with), whatever they were, and
-* everything is computed in fp32 (bf16 autocast on the CPU runs on kernels chosen by the CPU's
-  own features: AMX, AVX512-BF16).
-
-:func:`set_deterministic_env` sets the variables (``FRAG_DETERMINISTIC=0`` opts out); the
-Makefile, ``import frag_utils`` (when torch is not yet imported; every notebook imports it before
-torch), the runner (whose kernels inherit its environment) and the test suite all call or export it.
-Records made before 2026-11-25 (evening) used ``MKL_CBWR=AVX2``: they reproduce on Intel CPUs only.
-Whether ``COMPATIBLE`` gives the same bits on an Intel and an AMD CPU is MKL's documented promise,
-not yet measured here (``scripts/numerics_fingerprint.py --compare`` on two machines says).
-:func:`status` says what a process actually runs with, and every record carries it.
+**One machine reproduces itself.** CPU runs use the machine's own (fastest) kernels in fp32. fp32
+results depend on those kernels and on how many intra-op threads split a reduction, so the thread
+count is pinned (``FRAG_THREADS``, default :data:`THREADS`): a rerun on the same machine gives the
+same bits (``scripts/check_resume.sh``). Another machine lands within the tolerances of
+``papermill_runs/tolerance.yaml`` instead (docs/reproducibility.md). Pinning the kernels as well
+(``ATEN_CPU_CAPABILITY=avx2``, ``MKL_CBWR=COMPATIBLE`` before torch loads) is left to the user: it
+was measured to cost 2 to 2.6 times a training step.
 
 **bf16 weight storage** (``weights="bf16"``): OpenUnlearning loads Llama with
 ``torch_dtype: bfloat16`` and trains the bf16 weights (no fp32 master copy), so an optimizer step
@@ -39,10 +20,8 @@ import os
 import sys
 from typing import Iterable
 
-DETERMINISTIC_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"}
-DETERMINISTIC_THREADS = 2  # intra-op threads in deterministic mode (FRAG_THREADS overrides)
+THREADS = 2  # intra-op threads of every run (FRAG_THREADS overrides): another count gives other bits
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
-OPT_OUT = "FRAG_DETERMINISTIC"  # set to 0 to run with the machine's fastest (CPU-dependent) kernels
 WEIGHTS = ("fp32", "bf16")  # how trained weights are stored: fp32, or rounded to bf16 after every step
 
 
@@ -50,82 +29,40 @@ class NumericsError(ValueError):
     """A precision setting that cannot be honoured, with what to do instead."""
 
 
-def deterministic_requested(environ: dict | None = None) -> bool:
-    """Whether deterministic mode is asked for (the default; ``FRAG_DETERMINISTIC=0`` turns it off)."""
+def threads(environ: dict | None = None) -> int:
+    """The intra-op thread count: ``FRAG_THREADS``, else :data:`THREADS`."""
     environ = os.environ if environ is None else environ
-    return str(environ.get(OPT_OUT, "1")).strip().lower() not in ("0", "false", "no", "off")
-
-
-def set_deterministic_env(environ: dict | None = None) -> dict:
-    """Put the deterministic-mode variables into ``environ`` (default ``os.environ``) unless the user
-    opted out or set them already; returns ``environ``. Effective only before torch is imported in
-    the process that reads them (a kernel, a subprocess, this process if torch is not loaded yet)."""
-    environ = os.environ if environ is None else environ
-    if deterministic_requested(environ):
-        for key, value in DETERMINISTIC_ENV.items():
-            environ.setdefault(key, value)
-        threads = str(deterministic_threads(environ))
-        for key in THREAD_VARS:  # forced: another count may give other bits
-            environ[key] = threads
-        if environ is os.environ and "torch" in sys.modules:  # too late for the variables: set it directly
-            import torch
-
-            if torch.get_num_threads() != int(threads):
-                torch.set_num_threads(int(threads))
-    return environ
-
-
-def cache_tag(environ: dict | None = None) -> str:
-    """The name of this numerics mode's cache folder, from the environment (no torch needed):
-    ``cpu-<ATen capability>-<MKL branch>-<threads>t`` in deterministic mode, ``cpu-native``
-    otherwise (the CPU's own kernels: nothing made there is reused by a deterministic run)."""
-    environ = os.environ if environ is None else environ
-    if not deterministic_requested(environ):
-        return "cpu-native"
-    aten = environ.get("ATEN_CPU_CAPABILITY", DETERMINISTIC_ENV["ATEN_CPU_CAPABILITY"])
-    mkl = environ.get("MKL_CBWR", DETERMINISTIC_ENV["MKL_CBWR"])
-    from .paths import safe_name
-
-    return safe_name(f"cpu-{aten}-{mkl}-{deterministic_threads(environ)}t".lower())
-
-
-def deterministic_threads(environ: dict | None = None) -> int:
-    """The intra-op thread count of deterministic mode: ``FRAG_THREADS``, else :data:`DETERMINISTIC_THREADS`."""
-    environ = os.environ if environ is None else environ
-    text = str(environ.get("FRAG_THREADS", DETERMINISTIC_THREADS))
+    text = str(environ.get("FRAG_THREADS", THREADS))
     if not text.isdigit() or int(text) < 1:
         raise NumericsError(f"FRAG_THREADS must be a whole number >= 1, got {text!r}.")
     return int(text)
 
 
-def status() -> dict:
-    """What this process computes with: torch's CPU capability, ``MKL_CBWR``, and whether that is
-    deterministic mode (the capability is AVX2 and MKL is capped). Imports torch."""
-    import torch
+def pin_threads(environ: dict | None = None) -> dict:
+    """Set ``OMP_NUM_THREADS`` and ``MKL_NUM_THREADS`` in ``environ`` (default ``os.environ``, which
+    kernels and subprocesses inherit) to :func:`threads`, and torch's count when torch is loaded."""
+    environ = os.environ if environ is None else environ
+    count = threads(environ)
+    for key in THREAD_VARS:
+        environ[key] = str(count)
+    if environ is os.environ and "torch" in sys.modules:
+        import torch
 
-    capability = torch.backends.cpu.get_cpu_capability()
-    mkl = os.environ.get("MKL_CBWR")
-    threads = torch.get_num_threads()
-    pinned = deterministic_threads() if deterministic_requested() else None
-    deterministic = (capability == "AVX2" and (mkl or "").upper() == DETERMINISTIC_ENV["MKL_CBWR"]
-                     and threads == pinned)
-    return {"deterministic": deterministic,
-            "aten_cpu_capability": capability, "mkl_cbwr": mkl, "threads": threads,
-            "torch_imported_before_frag_utils": _EARLY_TORCH}
+        if torch.get_num_threads() != count:
+            torch.set_num_threads(count)
+    return environ
 
 
 def check_autocast(bf16: bool, device: str) -> None:
-    """Refuse bf16 autocast on the CPU in deterministic mode: its kernels depend on the CPU.
+    """Refuse bf16 autocast on the CPU: runs compute in fp32 there (weights may still be stored in bf16).
 
     Raises:
-        NumericsError: ``bf16`` on a CPU device while deterministic mode is on.
+        NumericsError: ``bf16`` on a CPU device.
     """
-    if bf16 and str(device).startswith("cpu") and deterministic_requested():
+    if bf16 and str(device).startswith("cpu"):
         raise NumericsError(
-            "bf16 autocast on the CPU runs on kernels chosen by the CPU's features (AMX, AVX512-BF16), so its "
-            "results differ from machine to machine. Deterministic mode (the default) computes in fp32: set "
-            "bf16 to false (weights='bf16' still stores the weights in bf16, as OpenUnlearning), or opt out "
-            "with FRAG_DETERMINISTIC=0 for CPU-dependent numbers.")
+            "bf16 autocast on the CPU is not supported: CPU runs compute in fp32. Set bf16 to false "
+            "(weights='bf16' still stores the weights in bf16, as OpenUnlearning), or run on a GPU.")
 
 
 DTYPES = ("auto", "fp32", "bf16")  # what models are loaded as for evaluation, calibration and scoring
@@ -161,11 +98,10 @@ def resolve_device(device: str) -> str:
 
 def resolve_dtype(dtype: str, device: str):
     """The torch dtype models are loaded in for evaluation, calibration and scoring: ``auto`` is
-    bf16 on a GPU and fp32 on the CPU (deterministic mode computes in fp32).
+    bf16 on a GPU and fp32 on the CPU.
 
     Raises:
-        NumericsError: an unknown name, or bf16 on the CPU in deterministic mode (its kernels
-            depend on the CPU).
+        NumericsError: an unknown name.
     """
     import torch
 
@@ -174,10 +110,6 @@ def resolve_dtype(dtype: str, device: str):
     on_cpu = str(device).startswith("cpu")
     if dtype == "auto":
         dtype = "fp32" if on_cpu else "bf16"
-    if dtype == "bf16" and on_cpu and deterministic_requested():
-        raise NumericsError("dtype bf16 on the CPU computes with kernels chosen by the CPU's features, so its "
-                            "results differ from machine to machine; deterministic mode (the default) uses fp32: "
-                            "set dtype to auto or fp32, or opt out with FRAG_DETERMINISTIC=0.")
     return torch.bfloat16 if dtype == "bf16" else torch.float32
 
 
@@ -226,6 +158,3 @@ def bf16_storage_callback():
             round_to_bf16_(p for p in model.parameters() if p.requires_grad)
 
     return Bf16Storage()
-
-
-_EARLY_TORCH = "torch" in sys.modules  # torch was loaded before frag_utils: the variables came too late here

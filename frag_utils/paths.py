@@ -23,6 +23,8 @@ RUNS_DIR = Path(os.environ.get("FRAG_RUNS_DIR") or REPO_ROOT / "papermill_runs")
 PARAMS_DIR = REPO_ROOT / "papermill_runs" / "params"
 BENCH_RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
+RESULTS_FILE = "results.json"  # every run's record, beside its executed notebook
+
 _SAFE = re.compile(r"[^A-Za-z0-9._=+-]+")
 
 
@@ -31,19 +33,11 @@ def safe_name(text: str) -> str:
     return _SAFE.sub("-", text.replace("/", "--")).strip("-") or "unnamed"
 
 
-def cache_root() -> Path:
-    """``FRAG_CACHE_DIR`` (default ``~/.cache/frag_utils``): holds one cache per numerics mode."""
-    return Path(os.environ.get("FRAG_CACHE_DIR", Path.home() / ".cache" / "frag_utils"))
-
-
 def cache_dir() -> Path:
-    """Everything large and regenerable made in this process's numerics mode: model copies,
-    checkpoints, calibration norms, evaluations, scratch runs. One folder per mode under
-    :func:`cache_root` (:func:`frag_utils.numerics.cache_tag`, e.g. ``cpu-avx2-compatible-2t``):
-    a checkpoint trained with other kernels has other weights, and must not be reused as if not."""
-    from .numerics import cache_tag
-
-    root = cache_root() / cache_tag()
+    """Everything large and regenerable: model copies, checkpoints, calibration norms, evaluations,
+    scratch runs. ``FRAG_CACHE_DIR``, default ``~/.cache/frag_utils``. What is in it is reused only
+    under its key (:mod:`frag_utils.cache`), which names the code that made it."""
+    root = Path(os.environ.get("FRAG_CACHE_DIR", Path.home() / ".cache" / "frag_utils"))
     root.mkdir(parents=True, exist_ok=True)
     return root
 
@@ -58,6 +52,10 @@ def checkpoint_dir(profile: str, name: str) -> Path:
     return cache_dir() / "checkpoints" / safe_name(profile) / safe_name(name)
 
 
+# Set by the runner while it remakes a recorded run: where that run writes its record instead
+RECORD_TO_ENV = "FRAG_RECORD_TO"
+
+
 def run_dir(notebook: str, run_name: str) -> Path:
     """Where a notebook run writes its results.
 
@@ -68,16 +66,18 @@ def run_dir(notebook: str, run_name: str) -> Path:
     Returns:
         The folder, created.
     """
-    base = RUNS_DIR / notebook / safe_name(run_name) if run_name else cache_dir() / "scratch" / notebook
+    if os.environ.get(RECORD_TO_ENV):  # a recorded run remade by the runner: its committed record stays
+        base = Path(os.environ[RECORD_TO_ENV])
+    else:
+        base = RUNS_DIR / notebook / safe_name(run_name) if run_name else cache_dir() / "scratch" / notebook
     base.mkdir(parents=True, exist_ok=True)
     return base
 
 
 # How a record names a place in the cache: the cache root differs between machines (and between
 # runs with FRAG_CACHE_DIR set), so records store paths under it relative to this token, and
-# paths in the repository relative to the repository (runs.make_portable writes them so;
-# records.read_json expands the token again). The token stands for this numerics mode's folder
-# (:func:`cache_dir`, ``$FRAG_CACHE_DIR/<mode>``), in which the record's run was made.
+# paths in the repository relative to the repository (make_portable writes them so;
+# records.read_json expands the token again).
 CACHE_TOKEN = "$FRAG_CACHE_DIR"
 
 
@@ -97,3 +97,21 @@ def expand_cached(value: Any) -> Any:
     if isinstance(value, list):
         return [expand_cached(v) for v in value]
     return value
+
+
+PORTABLE_SUFFIXES = (".ipynb", ".json", ".md", ".csv", ".tex")
+
+
+def make_portable(folder: Path) -> list[Path]:
+    """Rewrite a run's files so that no path names the machine: the cache root as
+    :data:`CACHE_TOKEN`, paths in the repository relative to it (papermill's own metadata,
+    the records' checkpoint paths, what cells printed). Returns the files changed."""
+    changed = []
+    for f in sorted(folder.iterdir()):
+        if f.is_file() and f.suffix in PORTABLE_SUFFIXES:
+            text = f.read_text()
+            new = portable_text(text)
+            if new != text:
+                f.write_text(new)
+                changed.append(f)
+    return changed

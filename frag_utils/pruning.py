@@ -542,7 +542,7 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
     forget = data.load_split(data_source, forget_split)
     retain = data.load_split(data_source, retain_split)
     # bf16 storage: on a GPU loaded in bf16 and calibrated in it, as the authors prune (--dtype bf16);
-    # on the CPU rounded to bf16 and calibrated in fp32 (deterministic mode)
+    # on the CPU rounded to bf16 and calibrated in fp32 (as CPU runs compute)
     on_gpu = not str(device).startswith("cpu")
     load_dtype = torch.bfloat16 if weights == "bf16" and on_gpu else torch.float32
     model, tokenizer = models.load_model(model_id, device=device, dtype=load_dtype)

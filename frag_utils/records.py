@@ -100,7 +100,7 @@ def environment() -> dict:
         "python": sys.version.split()[0], "platform": platform.platform(), "packages": versions,
         "device": "cuda:" + torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu",
         "torch_threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), **cpu_description(),
-        "numerics": numerics.status(),
+        "frag_threads": numerics.threads(),
     }
 
 
@@ -120,12 +120,6 @@ def cpu_description() -> dict:
     model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")), None)
     flags = next((set(line.split(":", 1)[1].split()) for line in info.splitlines() if line.startswith("flags")), set())
     return {**out, "cpu_model": model, "cpu_flags": [f for f in BF16_FLAGS if f in flags]}
-
-
-def cpu_vendor(cpu_model: str | None) -> str | None:
-    """``Intel`` or ``AMD`` from a CPU model name (as records store it), else None."""
-    text = (cpu_model or "").lower()
-    return "Intel" if "intel" in text else "AMD" if "amd" in text else None
 
 
 def provenance(source: str, params: dict | None = None, seed: int | None = None) -> dict:
@@ -199,6 +193,19 @@ def read_json(path: str | Path) -> dict:
     record stores under the cache token (:data:`paths.CACHE_TOKEN`) pointing into this machine's
     cache."""
     return paths.expand_cached(json.loads(Path(path).read_text()))
+
+
+def read_run(notebook: str, run: str, profile: str = "") -> dict:
+    """The record of a recorded run (:func:`read_json` of ``papermill_runs/<notebook>/<run>/results.json``).
+
+    Raises:
+        FileNotFoundError: the run has no record, with the command that makes it.
+    """
+    file = paths.RUNS_DIR / notebook / run / paths.RESULTS_FILE
+    if not file.is_file():
+        raise FileNotFoundError(f"{notebook}/{run} has no record ({file}); run it first, e.g. "
+                                f"`make reproduce PROFILE={profile or '<profile>'} SELECT={notebook}/{run}`.")
+    return read_json(file)
 
 
 def write_table(df: Any, stem: str | Path, prov: dict, sort_by: list[str] | None = None,

@@ -3,7 +3,7 @@
 ``Trainer`` gives what a research loop needs without re-implementing it: seeding, a progress
 bar, loss logging, resumption from the last saved epoch, and several GPUs through
 ``accelerate``. Two precision settings, apart: ``bf16=True`` is bf16 autocast over the stored
-weights (refused on the CPU in deterministic mode, :mod:`frag_utils.numerics`), and
+weights (refused on the CPU, where runs compute in fp32), and
 ``weights="bf16"`` stores the weights in bf16 as OpenUnlearning does (fp32 compute, every weight
 rounded to bf16 after every optimizer step), so that an update below half a bf16 ulp is lost.
 """
@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 from torch.utils.data import Dataset
 
-from . import models, numerics
+from . import cache, models, numerics
 from .progress import progress_enabled, quiet_transformers
 from .prompts import collate, encode_qa
 from .records import seed_everything
@@ -40,7 +40,7 @@ class TrainConfig:
     scheduler: str = "linear"  # decay after warmup: linear | constant_with_warmup | cosine
     optimizer: str = "adamw_torch"  # any TrainingArguments.optim value
     max_grad_norm: float = 1.0
-    bf16: bool = False  # bf16 autocast over the stored weights (GPU; refused on the CPU in deterministic mode)
+    bf16: bool = False  # bf16 autocast over the stored weights (GPU; refused on the CPU, which computes in fp32)
     weights: str = "fp32"  # storage: fp32 | bf16 (rounded after every optimizer step, as OpenUnlearning)
     seed: int = 42
     max_len: int = 256  # tokens per example, longer ones are cut
@@ -239,37 +239,31 @@ def finetune(model: Any, tokenizer: Any, records: Sequence[dict], config: TrainC
 
 def train_or_reuse(base_model: str, records: Sequence[dict], config: TrainConfig, out_dir: str | Path,
                    spec: dict, retrain: bool = False, save_bf16: bool = False) -> dict:
-    """Fine-tune ``base_model`` on ``records`` into ``out_dir``, or reuse a matching checkpoint.
-
-    A checkpoint in ``out_dir`` is reused when its saved record has the same base model, training
-    settings and ``spec`` (data source, split, ...). Interrupted training resumes from the last
-    epoch saved in ``<out_dir>.work``.
+    """Fine-tune ``base_model`` on ``records`` into ``out_dir``, or reuse the checkpoint cached
+    there under the same key (:func:`frag_utils.cache.checkpoint`: base model, training settings,
+    the records, ``spec``, the package's code). Interrupted training resumes from the last epoch
+    saved in ``<out_dir>.work``.
 
     Args:
+        spec: further settings that determine the checkpoint (data source, split, ...).
         save_bf16: round the trained weights to bf16 before saving (OpenUnlearning's released
             checkpoints are bf16), whatever precision they were trained in.
     Returns:
-        The checkpoint's record: ``{"spec": ..., "summary": {train_seconds, losses, ...}}``.
+        The checkpoint's record: ``{"spec": ..., "summary": {train_seconds, losses, ...}, "reused": ...}``.
     """
-    out_dir = Path(out_dir)
-    want = {"base_model": base_model, "train": config.as_dict(), "n_examples": len(records), **spec,
+    want = {"train": config.as_dict(), "data": cache.records_digest(records), **spec,
             **({"save_bf16": True} if save_bf16 else {}),
             # a GPU-trained checkpoint is not reused by a CPU run (other kernels, other weights)
             **({"device": "gpu"} if numerics.resolve_device(config.device) != "cpu" else {})}
-    existing = models.load_record(out_dir) if models.is_checkpoint(out_dir) else None
-    if existing and existing.get("spec") == want and not retrain:
-        return {**existing, "reused": True}
-    seed_everything(config.seed)
-    model, tokenizer = models.load_model(base_model, seed=config.seed)
-    work = out_dir.with_name(out_dir.name + ".work")
-    if work.exists() and models.load_record(work) != {"spec": want}:
-        shutil.rmtree(work)  # checkpoints of other settings: never resume from those
-    work.mkdir(parents=True, exist_ok=True)
-    (work / models.RECORD_FILE).write_text(json.dumps({"spec": want}, sort_keys=True, default=str))
-    summary = finetune(model, tokenizer, records, config, work)
-    if save_bf16:
-        summary["rounded_to_bf16_at_save"] = numerics.round_to_bf16_(model.parameters())
-    record = {"spec": want, "summary": summary}
-    models.save_checkpoint(model, tokenizer, out_dir, record)
-    shutil.rmtree(work, ignore_errors=True)
-    return {**record, "reused": False}
+
+    def make(folder: Path, work: Path) -> dict:
+        seed_everything(config.seed)
+        model, tokenizer = models.load_model(base_model, seed=config.seed)
+        summary = finetune(model, tokenizer, records, config, work)
+        if save_bf16:
+            summary["rounded_to_bf16_at_save"] = numerics.round_to_bf16_(model.parameters())
+        models.save_checkpoint(model, tokenizer, folder)
+        return {"spec": {"base_model": base_model, **want}, "summary": summary}
+
+    return cache.checkpoint(out_dir, "train", want, {"base": base_model}, make, remake=retrain)
+

@@ -34,9 +34,7 @@ the MLP ``down_proj`` of blocks 5, 6, 7: ``rmu_trainable="down_proj"`` (that blo
 from __future__ import annotations
 
 import copy
-import hashlib
 import inspect
-import json
 import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -49,7 +47,7 @@ from torch import nn
 from torch.utils.data import Dataset
 from transformers import Trainer, TrainerCallback
 
-from . import train
+from . import cache, train
 from .prompts import IGNORE, batches, collate
 
 METHODS = ("ga", "graddiff", "npo", "rmu")
@@ -77,7 +75,7 @@ class UnlearnConfig:
     weight_decay: float = 0.01  # AdamW
     max_grad_norm: float = 1.0  # Trainer's default clipping, as OpenUnlearning
     seed: int = 42  # Trainer seed, data order, forget/retain pairing and RMU's control vector
-    bf16: bool = False  # bf16 autocast over the stored weights (GPU; refused on the CPU in deterministic mode)
+    bf16: bool = False  # bf16 autocast over the stored weights (GPU; refused on the CPU, which computes in fp32)
     weights: str = "fp32"  # storage: fp32 | bf16 (rounded after every step, as OpenUnlearning trains)
     forget_weight: float = 1.0  # gamma, on the forget term of every method
     retain_weight: float = 1.0  # alpha, on the retain NLL of graddiff and npo
@@ -517,12 +515,6 @@ class UnlearnTrainer(Trainer):
         return {k: s / n for k, (s, n) in self._epoch_terms.items()}
 
 
-def records_digest(records: Sequence[dict] | None) -> str:
-    """A short hash of question/answer records (which data a checkpoint was made from)."""
-    text = json.dumps(list(records or []), sort_keys=True, default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def make_unlearn_trainer(model: nn.Module, tokenizer: Any, forget_records: Sequence[dict],
                          retain_records: Sequence[dict] | None, config: UnlearnConfig,
                          work_dir: str | Path, callbacks: list | None = None) -> UnlearnTrainer:
@@ -544,8 +536,8 @@ def make_unlearn_trainer(model: nn.Module, tokenizer: Any, forget_records: Seque
     retain = (train.QADataset(tokenizer, retain_records, config.chat, config.max_len)
               if config.method != "ga" else None)  # GA never looks at the retain side
     dataset = PairedDataset(forget, retain, config.seed)
-    spec = {"config": config.as_dict(), "forget": records_digest(forget_records),
-            "retain": records_digest(retain_records if retain is not None else None)}
+    spec = {"config": config.as_dict(), "forget": cache.records_digest(forget_records),
+            "retain": cache.records_digest(retain_records if retain is not None else None)}
     train.guard_work_dir(Path(work_dir), spec, "unlearning run", SPEC_FILE)
     pad = tokenizer.pad_token_id
     train.numerics.check_autocast(config.bf16, str(next(model.parameters()).device))  # before any reference pass

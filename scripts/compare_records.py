@@ -6,7 +6,7 @@ must be identical once what differs between any two runs is left out: wall times
 resumed from (``resumed_from``) and whether a checkpoint saved before the kill was reused
 (``reused``).
 Numbers are compared exactly; a difference is reported with its path and both values (the
-comparison is ``frag_utils.runs.record_differences``, which the runner also uses to check a remade run).
+comparison is ``frag_utils.drift.record_differences``, which ``make verify`` also uses to say "bit-identical").
 
     .venv/bin/python scripts/compare_records.py REFERENCE_RUNS OTHER_RUNS [--profile tiny]
 Exits 1 when the records differ.
@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from frag_utils.runs import record_differences
+from frag_utils.drift import record_differences
 
 
 def run_folders(root: Path, profile: str) -> dict[str, Path]:

@@ -3,8 +3,6 @@ answers partly right (so metrics have something non-trivial to measure)."""
 import os
 
 os.environ.setdefault("FRAG_PROGRESS", "0")
-os.environ.setdefault("ATEN_CPU_CAPABILITY", "avx2")  # deterministic mode, before torch loads
-os.environ.setdefault("MKL_CBWR", "COMPATIBLE")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from frag_utils import collect, paths, runs
+from frag_utils import collect, paths
 
 SMOL_ATTACKS = paths.PARAMS_DIR / "smol" / "06_attacks.yaml"
 
@@ -156,101 +156,3 @@ def test_mark_not_effective_heads_only_fully_measured_columns_under_the_threshol
     assert list(tables.mark_not_effective(t).columns) == ["model", "x (not effective)", "y", "z"]
 
 
-PRECISION_GA = "smol.precision__method=ga__weights=bf16"  # a deterministic record: it names the target it read
-
-
-def test_a_record_made_from_earlier_weights_of_its_input_is_stale_and_made_again(copied_runs, tmp_path, monkeypatch):
-    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "cache"))  # not this machine's cache, whatever it holds
-    specs = runs.grid("smol")
-    spec = next(s for s in specs if s.name == PRECISION_GA)
-    old_npo = next(s for s in specs if s.name == "smol__method=npo")  # recorded before records named hashes
-    assert runs.stale_inputs(spec, specs) == [] and runs.stale_inputs(old_npo, specs) == []
-    assert f"05_unlearn/{PRECISION_GA}" not in collect.Collection("smol").stale_methods
-    # the target is made again (other bits): what was unlearned from the old one is stale
-    file = copied_runs / "02_target_and_gold" / "smol" / "results.json"
-    rec = json.loads(file.read_text())
-    read = json.loads((copied_runs / "05_unlearn" / PRECISION_GA / "results.json").read_text())
-    assert rec["results"]["checkpoint_sha256"]["target"] == read["results"]["checkpoint_sha256"]["original"]
-    rec["results"]["checkpoint_sha256"]["target"] = "0" * 64
-    file.write_text(json.dumps(rec))
-    assert runs.stale_inputs(spec, specs) == ["02_target_and_gold/smol"]
-    assert runs.stale_inputs(old_npo, specs) == []  # no hash in its record: not judged
-    grid = collect.Collection("smol")
-    assert f"05_unlearn/{PRECISION_GA}" in grid.stale_methods and PRECISION_GA not in grid.method_by_run
-    # the runner makes it again (forced) instead of skipping it as complete
-    calls = []
-
-    def fake_execute(s, force=False):
-        calls.append((s.notebook.stem, s.name, force))
-        return {"run": f"{s.notebook.stem}/{s.name}", "status": "done", "seconds": 0.0}
-
-    monkeypatch.setattr(runs, "execute", fake_execute)
-    monkeypatch.setattr(runs, "_missing", lambda dep: [])  # its input's checkpoint is in the cache
-    log = runs.run_grid([spec], universe=specs)
-    assert calls == [("05_unlearn", PRECISION_GA, True)]
-    assert log[-1]["reason"] == "its inputs were made again"
-
-
-def test_a_gold_run_is_stale_when_its_gold_model_was_made_again_and_not_for_another_checkpoint(copied_runs):
-    """A gold run's output is notebook 02's gold model: made again (other hash), the gold run and
-    its attacks describe a model the grid no longer has. Its target hash alone decides nothing."""
-    specs = runs.grid("smol")
-    gold = next(s for s in specs if s.name == "smol__method=gold")
-    two = json.loads((copied_runs / "02_target_and_gold" / "smol" / "results.json").read_text())
-    hashes = two["results"]["checkpoint_sha256"]
-    file = copied_runs / "05_unlearn" / gold.name / "results.json"
-    rec = json.loads(file.read_text())
-    rec["results"]["checkpoint_sha256"] = {"original": hashes["target"], "unlearned": hashes["gold"]}
-    file.write_text(json.dumps(rec))
-    assert runs.stale_inputs(gold, specs) == []
-    rec["results"]["checkpoint_sha256"]["unlearned"] = "1" * 64  # made from an earlier gold model
-    file.write_text(json.dumps(rec))
-    assert runs.stale_inputs(gold, specs) == ["02_target_and_gold/smol"]
-    # the target's hash stands for the target only: a record whose "original" is the gold model's is stale
-    precision = next(s for s in specs if s.name == PRECISION_GA)
-    file = copied_runs / "05_unlearn" / PRECISION_GA / "results.json"
-    rec = json.loads(file.read_text())
-    rec["results"]["checkpoint_sha256"]["original"] = hashes["gold"]
-    file.write_text(json.dumps(rec))
-    assert runs.stale_inputs(precision, specs) == ["02_target_and_gold/smol"]
-
-
-def test_a_run_made_from_weights_remade_here_is_the_users_never_the_grids(copied_runs, tmp_path, monkeypatch):
-    """frag run --keep-remade: the 05 model was remade on this machine and differs from its record;
-    an attack of the remade weights is of this machine's lineage, even at the grid's own settings."""
-    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "cache"))
-    specs = runs.grid("smol")
-    ga = next(s for s in specs if s.name == PRECISION_GA)
-    remade = _record("05_unlearn", PRECISION_GA, copied_runs)
-    remade["results"]["checkpoint_sha256"]["unlearned"] = "a" * 64
-    runs.remade_record_dir(ga).mkdir(parents=True)
-    (runs.remade_record_dir(ga) / "results.json").write_text(json.dumps(remade))
-    cached = {"a" * 64}  # the weights hash of what the cache holds now
-    monkeypatch.setattr(runs, "_checkpoint_sha256", lambda folder: next(iter(cached)))
-    source = copied_runs / "06_attacks" / _attack_folders("smol__method=npo", copied_runs)["forget_retain"]
-    for folder, lr in (("mine_lr_1e-4", 1e-4), ("mine_grid_lr", None)):
-        shutil.copytree(source, copied_runs / "06_attacks" / folder)
-        rec = _record("06_attacks", folder, copied_runs)
-        rec["provenance"]["params"].update(unlearned_run=PRECISION_GA, **({"lr": lr} if lr else {}))
-        rec["results"]["row"].update(unlearned_run=PRECISION_GA, **({"lr": lr} if lr else {}))
-        rec["results"]["checkpoint_sha256"] = {"attacked": "a" * 64}
-        (copied_runs / "06_attacks" / folder / "results.json").write_text(json.dumps(rec))
-    grid = collect.Collection("smol")
-    mine = {"06_attacks/mine_lr_1e-4", "06_attacks/mine_grid_lr"}
-    assert grid.remade == {run: [f"05_unlearn/{PRECISION_GA}"] for run in mine}
-    assert not mine & {r["run"] for r in grid.all_attacks.values()} and not mine & set(grid.stale)
-    grid.main_attacks()
-    attacks_, _ = grid.other_runs(grid.sources["attacks"])
-    assert set(attacks_.run) == mine and set(attacks_.made_from) == {f"remade 05_unlearn/{PRECISION_GA}"}
-    # the recorded weights back in the cache: the remade record is gone, and the runs made from the
-    # remade weights are stale (they read weights the grid does not have)
-    unlearned = paths.expand_cached(remade["results"]["unlearned"])
-    paths.Path(unlearned).mkdir(parents=True)
-    (paths.Path(unlearned) / "model.safetensors").write_text("the recorded weights")
-    recorded = _record("05_unlearn", PRECISION_GA, copied_runs)["results"]["checkpoint_sha256"]["unlearned"]
-    cached.clear(), cached.add(recorded)
-    grid = collect.Collection("smol")
-    assert runs.remade_results(ga) is None
-    assert grid.remade == {} and not runs.remade_record_dir(ga).exists()
-    attacks_, _ = grid.other_runs([])
-    assert len(attacks_) == 0  # stale now: left out of every table

@@ -20,10 +20,10 @@ def test_every_notebook_of_the_paper_profile_runs_end_to_end(dry):
     root, log, _ = dry
     assert log and all(e["status"] == "done" for e in log), log
     notebooks = {s.notebook.stem for s in runs.grid("paper")}
-    made = {p.parent.parent.name for p in (root / "papermill_runs").glob(f"*/*/{runs.RESULTS_FILE}")}
+    made = {p.parent.parent.name for p in (root / "papermill_runs").glob(f"*/*/{paths.RESULTS_FILE}")}
     assert made == notebooks
     methods = {records.read_json(f)["results"]["method"]
-               for f in (root / "papermill_runs" / "05_unlearn").glob(f"*/{runs.RESULTS_FILE}")}
+               for f in (root / "papermill_runs" / "05_unlearn").glob(f"*/{paths.RESULTS_FILE}")}
     assert methods == {"gold", "frp", "sp", "ga", "graddiff", "npo", "rmu"}
     assert (root / "figures" / "paper").is_dir() and any((root / "figures" / "paper").iterdir())
 
@@ -32,7 +32,7 @@ def test_only_models_data_sizes_and_cpu_precision_differ_from_the_paper_files(dr
     root, _, _ = dry
     replaced = {*dryrun.SIZES, "device", "bf16", "warmup_epochs"}
     for spec in runs.grid("paper"):
-        file = root / "papermill_runs" / spec.notebook.stem / spec.name / runs.RESULTS_FILE
+        file = root / "papermill_runs" / spec.notebook.stem / spec.name / paths.RESULTS_FILE
         if not file.is_file():  # the attacks not chosen
             assert spec.notebook.stem == "06_attacks"
             continue

@@ -135,24 +135,27 @@ def test_end_of_turn_is_read_from_the_template(tokenizer):
     assert tokenizer.convert_ids_to_tokens(prompts.end_of_turn_id(tokenizer)) == "<|im_end|>"
 
 
-def test_cached_evaluation_is_reused_only_for_the_same_model_data_and_settings(tokenizer, tmp_path):
+def test_cached_evaluation_is_reused_only_for_the_same_model_data_and_settings(tokenizer, tmp_path, monkeypatch):
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "cache"))
+    calls = []
+    evaluate = metrics.evaluate_on_source
+    monkeypatch.setattr(metrics, "evaluate_on_source", lambda *a, **k: calls.append(1) or evaluate(*a, **k))
     folder = tmp_path / "m"
     models.save_checkpoint(models.build_tiny_model(len(tokenizer), seed=0), tokenizer, folder)
-    kw = dict(data_source="synthetic", forget_split="forget10", limit=2, max_new_tokens=4, batch_size=4,
-              cache_folder=str(tmp_path / "evals"))
+    kw = dict(data_source="synthetic", forget_split="forget10", limit=2, max_new_tokens=4, batch_size=4)
     first = metrics.evaluate_model_cached(str(folder), **kw)
     again = metrics.evaluate_model_cached(str(folder), **kw)
-    assert not first["cached"] and again["cached"]
-    scalars = [k for k, v in first.items() if isinstance(v, float)]
-    assert scalars and all(again[k] == pytest.approx(first[k]) for k in scalars)
+    assert len(calls) == 1 and again == first
     model, tok = models.load_model(str(folder))
-    direct = metrics.evaluate_on_source(model, tok, "synthetic", "forget10", 2, 4, 4)
+    direct = evaluate(model, tok, "synthetic", "forget10", 2, 4, 4)
     assert again["es"] == pytest.approx(direct["es"])
     assert again["model_utility"] == pytest.approx(direct["model_utility"])
-    assert not metrics.evaluate_model_cached(str(folder), **{**kw, "max_new_tokens": 5})["cached"]
+    metrics.evaluate_model_cached(str(folder), **{**kw, "max_new_tokens": 5})
+    assert len(calls) == 2  # other settings
     # a retrained (re-saved) model is evaluated afresh
     models.save_checkpoint(models.build_tiny_model(len(tokenizer), seed=1), tokenizer, folder)
-    assert not metrics.evaluate_model_cached(str(folder), **kw)["cached"]
+    metrics.evaluate_model_cached(str(folder), **kw)
+    assert len(calls) == 3
 
 
 def test_es_only_evaluation_matches_the_full_evaluation(partly_trained, tokenizer):

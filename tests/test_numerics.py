@@ -103,42 +103,27 @@ def test_weights_sha256_sees_one_changed_bit_and_nothing_else(tokenizer, tmp_pat
     assert models.weights_sha256("tiny") is None and models.weights_sha256(tmp_path / "missing") is None
 
 
-def test_bf16_autocast_is_refused_on_the_cpu_in_deterministic_mode(monkeypatch):
-    monkeypatch.delenv(numerics.OPT_OUT, raising=False)
+def test_bf16_autocast_is_refused_on_the_cpu_where_runs_compute_in_fp32():
     with pytest.raises(numerics.NumericsError, match="fp32"):
         numerics.check_autocast(True, "cpu")
     numerics.check_autocast(True, "cuda:0")
     numerics.check_autocast(False, "cpu")
-    monkeypatch.setenv(numerics.OPT_OUT, "0")
-    numerics.check_autocast(True, "cpu")
     with pytest.raises(numerics.NumericsError, match="weights must be one of"):
         numerics.check_weights("fp16")
 
 
-def test_set_deterministic_env_respects_the_opt_out_and_existing_values_but_pins_the_threads():
-    threads = {k: "2" for k in numerics.THREAD_VARS}
-    assert numerics.set_deterministic_env({}) == {**numerics.DETERMINISTIC_ENV, **threads}
-    assert numerics.set_deterministic_env({"FRAG_DETERMINISTIC": "0"}) == {"FRAG_DETERMINISTIC": "0"}
-    assert numerics.set_deterministic_env({"ATEN_CPU_CAPABILITY": "default"})["ATEN_CPU_CAPABILITY"] == "default"
-    # a thread count given another way is overridden: the count changes bits (the tiny target at 1 thread)
-    assert numerics.set_deterministic_env({"OMP_NUM_THREADS": "1"})["OMP_NUM_THREADS"] == "2"
-    assert numerics.set_deterministic_env({"FRAG_THREADS": "4"})["MKL_NUM_THREADS"] == "4"
+def test_the_thread_count_is_pinned_whatever_it_was():
+    """Another thread count splits reductions otherwise and gives other bits: a fresh process that
+    imports frag_utils runs with FRAG_THREADS (default 2) threads, whatever OMP_NUM_THREADS said
+    (torch itself never takes more threads than the machine has cores)."""
+    assert numerics.pin_threads({"OMP_NUM_THREADS": "1"}) == {"OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}
+    assert numerics.pin_threads({"FRAG_THREADS": "4"})["MKL_NUM_THREADS"] == "4"
     with pytest.raises(numerics.NumericsError, match="FRAG_THREADS"):
-        numerics.set_deterministic_env({"FRAG_THREADS": "many"})
-
-
-def test_importing_frag_utils_first_puts_a_fresh_process_in_deterministic_mode():
-    env = {k: v for k, v in os.environ.items() if k not in ("ATEN_CPU_CAPABILITY", "MKL_CBWR", numerics.OPT_OUT)}
-    code = "import frag_utils, json; from frag_utils import numerics; print(json.dumps(numerics.status()))"
+        numerics.pin_threads({"FRAG_THREADS": "many"})
+    code = "import frag_utils, torch; print(torch.get_num_threads())"
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "FRAG_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert '"deterministic": true' in out and '"aten_cpu_capability": "AVX2"' in out
-    out = subprocess.run([sys.executable, "-c", code], env={**env, "OMP_NUM_THREADS": "1"}, capture_output=True,
-                         text=True, check=True).stdout
-    assert '"threads": 2' in out and '"deterministic": true' in out
-    # torch loaded first: the variables came too late, and the status says so
-    code = "import torch, frag_utils, json; from frag_utils import numerics; print(json.dumps(numerics.status()))"
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
-    assert '"torch_imported_before_frag_utils": true' in out
+    assert out.strip() == "1"
 
 
 def test_device_and_dtype_resolve_as_documented(monkeypatch):
@@ -153,30 +138,9 @@ def test_device_and_dtype_resolve_as_documented(monkeypatch):
     assert numerics.resolve_dtype("fp32", "cuda") == torch.float32
     with pytest.raises(numerics.NumericsError, match="dtype must be one of"):
         numerics.resolve_dtype("fp16", "cpu")
-    monkeypatch.delenv(numerics.OPT_OUT, raising=False)
-    with pytest.raises(numerics.NumericsError, match="deterministic mode"):
-        numerics.resolve_dtype("bf16", "cpu")
-    monkeypatch.setenv(numerics.OPT_OUT, "0")  # opted out: CPU-dependent bf16 is the user's choice
-    assert numerics.resolve_dtype("bf16", "cpu") == torch.bfloat16
+    assert numerics.resolve_dtype("bf16", "cpu") == torch.bfloat16  # asked for: the CPU's bf16 kernels
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
     assert numerics.resolve_device("auto") == "cuda"
     with pytest.raises(numerics.NumericsError, match="only 1 CUDA device"):
         numerics.resolve_device("cuda:1")
-
-
-def test_each_numerics_mode_has_its_own_cache(tmp_path, monkeypatch):
-    """A checkpoint trained with other kernels has other weights: a run in deterministic mode never
-    reuses what the CPU's own kernels (or another MKL branch, or thread count) made."""
-    from frag_utils import paths
-
-    assert numerics.cache_tag({}) == "cpu-avx2-compatible-2t"
-    assert numerics.cache_tag({"MKL_CBWR": "AVX2"}) == "cpu-avx2-avx2-2t"
-    assert numerics.cache_tag({"FRAG_THREADS": "4"}) == "cpu-avx2-compatible-4t"
-    assert numerics.cache_tag({"FRAG_DETERMINISTIC": "0", "MKL_CBWR": "AVX2"}) == "cpu-native"
-    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")
-    compatible = paths.checkpoint_dir("tiny", "target")
-    monkeypatch.setenv("MKL_CBWR", "AVX2")
-    assert paths.checkpoint_dir("tiny", "target") != compatible
-    assert compatible.is_relative_to(tmp_path / "cpu-avx2-compatible-2t")

@@ -26,9 +26,9 @@ def test_notebook_09_run_twice_writes_identical_tables_figures_and_provenance(tm
         shutil.copytree(scratch, copies[-1])
         shutil.rmtree(scratch)
     # the run's own record (results.json) carries the machine and time; every derived file must not
-    written = sorted(p.name for p in copies[0].iterdir() if p.name != runs.RESULTS_FILE)
+    written = sorted(p.name for p in copies[0].iterdir() if p.name != paths.RESULTS_FILE)
     assert any(n.endswith(".png") for n in written) and any(n.endswith(".provenance.json") for n in written)
-    assert written == sorted(p.name for p in copies[1].iterdir() if p.name != runs.RESULTS_FILE)
+    assert written == sorted(p.name for p in copies[1].iterdir() if p.name != paths.RESULTS_FILE)
     differ = [n for n in written if (copies[0] / n).read_bytes() != (copies[1] / n).read_bytes()]
     assert not differ, differ
     for n in written:

@@ -1,8 +1,9 @@
 import json
+import os
 
 import pytest
 
-from frag_utils import models, numerics, paths, runs
+from frag_utils import cache, parameters, paths, records, runs
 from frag_utils.runs import RunError
 
 
@@ -10,7 +11,7 @@ def test_every_notebook_parameter_is_declared_and_parsed():
     for nb in sorted(paths.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb")):
         if nb.stem == "00_index":
             continue
-        declared = runs.declared_parameters(nb)
+        declared = parameters.declared_parameters(nb)
         assert {"profile", "run_name"} <= set(declared), nb.name
 
 
@@ -21,22 +22,22 @@ def test_unparseable_parameter_line_is_refused(tmp_path):
     bad = tmp_path / "01_bad.ipynb"
     bad.write_text(json.dumps(nb))
     with pytest.raises(RunError, match="cannot parse .*extra"):
-        runs.declared_parameters(bad)
+        parameters.declared_parameters(bad)
 
 
 def test_unknown_names_and_wrong_types_are_refused():
-    nb = runs.resolve_notebook("02_target_and_gold")
+    nb = parameters.resolve_notebook("02_target_and_gold")
     with pytest.raises(RunError, match=r"Unknown parameter\(s\) \['learning_rate'\].*Declared parameters: .*lr"):
-        runs.check_parameters(nb, {"learning_rate": 1e-4})
+        parameters.check_parameters(nb, {"learning_rate": 1e-4})
     with pytest.raises(RunError, match="'epochs' .* must be float, got str"):
-        runs.check_parameters(nb, {"epochs": "five"})
+        parameters.check_parameters(nb, {"epochs": "five"})
     with pytest.raises(RunError, match="'bf16' .* must be bool"):
-        runs.check_parameters(nb, {"bf16": 1})
-    assert runs.check_parameters(nb, {"epochs": 3}) == {"epochs": 3.0}  # ints widen to float
+        parameters.check_parameters(nb, {"bf16": 1})
+    assert parameters.check_parameters(nb, {"epochs": 3}) == {"epochs": 3.0}  # ints widen to float
     with pytest.raises(RunError, match="No notebook 'nope'"):
-        runs.resolve_notebook("nope")
+        parameters.resolve_notebook("nope")
     with pytest.raises(RunError, match="not found"):
-        runs.load_params_file("no_such_file.yaml")
+        parameters.load_params_file("no_such_file.yaml")
     with pytest.raises(RunError, match="Unknown profile"):
         runs.grid("no_such_profile")
 
@@ -52,8 +53,8 @@ def test_run_names_are_built_from_parameters():
     specs = runs.plan_run("02_target_and_gold", "smol/02_target_and_gold.yaml", {"lr": 1e-4, "epochs": 3})
     assert specs[0].name == "smol__epochs=3__lr=0.0001"
     assert specs[0].params["run_name"] == specs[0].name
-    assert runs.parse_cli_value("1e-4") == 1e-4 and runs.parse_cli_value("3") == 3
-    assert runs.parse_cli_value("true") is True and runs.parse_cli_value("forget05") == "forget05"
+    assert parameters.parse_cli_value("1e-4") == 1e-4 and parameters.parse_cli_value("3") == 3
+    assert parameters.parse_cli_value("true") is True and parameters.parse_cli_value("forget05") == "forget05"
 
 
 def test_list_files_name_runs_by_what_varies(tmp_path):
@@ -84,20 +85,20 @@ def test_run_names_hold_only_the_parameters_that_apply_to_the_run(tmp_path):
     bad.write_text("naming: short\nruns: [{profile: tiny}]\n")
     with pytest.raises(RunError, match="naming"):
         runs.plan_run("05_unlearn", bad)
-    assert runs.applies("05_unlearn", "frp_veto", {"method": "frp", "frp_variant": "released"})
-    assert not runs.applies("05_unlearn", "frp_veto", {"method": "frp", "frp_variant": "eq6"})
-    assert runs.applies("06_attacks", "lr", {})
+    assert parameters.applies("05_unlearn", "frp_veto", {"method": "frp", "frp_variant": "released"})
+    assert not parameters.applies("05_unlearn", "frp_veto", {"method": "frp", "frp_variant": "eq6"})
+    assert parameters.applies("06_attacks", "lr", {})
     # the same run whatever an inapplicable parameter says; not so for an applicable one
     frp = {"method": "frp", "frp_variant": "released", "sparsity": 0.03, "lr": 1e-5}
-    key = runs.params_key(frp, notebook="05_unlearn")
-    assert key == runs.params_key({**frp, "lr": 5e-5}, notebook="05_unlearn")
-    assert key != runs.params_key({**frp, "sparsity": 0.01}, notebook="05_unlearn")
-    assert runs.params_key(frp) != runs.params_key({**frp, "lr": 5e-5})  # without the notebook: every key
+    key = parameters.params_key(frp, notebook="05_unlearn")
+    assert key == parameters.params_key({**frp, "lr": 5e-5}, notebook="05_unlearn")
+    assert key != parameters.params_key({**frp, "sparsity": 0.01}, notebook="05_unlearn")
+    assert parameters.params_key(frp) != parameters.params_key({**frp, "lr": 5e-5})  # without the notebook: every key
 
 
 def test_applicability_names_declared_parameters_only():
-    for stem, rules in runs.APPLIES.items():
-        assert set(rules) <= set(runs.declared_parameters(runs.resolve_notebook(stem))), stem
+    for stem, rules in parameters.APPLIES.items():
+        assert set(rules) <= set(parameters.declared_parameters(parameters.resolve_notebook(stem))), stem
 
 
 def test_completeness_needs_notebook_record_and_same_parameters(tmp_path, monkeypatch):
@@ -107,7 +108,7 @@ def test_completeness_needs_notebook_record_and_same_parameters(tmp_path, monkey
     spec.out_dir.mkdir(parents=True)
     spec.executed.write_text("{}")
     assert not spec.is_complete()  # no results yet: a killed run is redone
-    (spec.out_dir / runs.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": spec.params}}))
+    (spec.out_dir / paths.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": spec.params}}))
     assert spec.is_complete()
     other = runs.plan_run("01_data", None, {"profile": "x", "check_regeneration": False})[0]
     other_same_dir = runs.RunSpec(other.notebook, other.params, spec.name)
@@ -144,13 +145,13 @@ def test_a_parameter_added_later_at_its_default_keeps_older_records_complete(tmp
     spec.out_dir.mkdir(parents=True)
     spec.executed.write_text("{}")
     older = {k: v for k, v in spec.params.items() if k != "check_regeneration"}  # written before it existed
-    (spec.out_dir / runs.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": older}}))
+    (spec.out_dir / paths.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": older}}))
     assert spec.is_complete()
     changed = runs.plan_run("01_data", None, {"profile": "x", "check_regeneration": False})[0]
     assert not runs.RunSpec(changed.notebook, changed.params, spec.name).is_complete()  # not at its default
-    defaults = {k: v["default"] for k, v in runs.declared_parameters(spec.notebook).items()}
-    assert runs.params_key(older, defaults) == runs.params_key(spec.params, defaults)
-    assert runs.params_key(older) != runs.params_key(spec.params)
+    defaults = {k: v["default"] for k, v in parameters.declared_parameters(spec.notebook).items()}
+    assert parameters.params_key(older, defaults) == parameters.params_key(spec.params, defaults)
+    assert parameters.params_key(older) != parameters.params_key(spec.params)
 
 
 class _FakeKill(BaseException):
@@ -201,8 +202,7 @@ def fake_grid(tmp_path, monkeypatch):
         results = {"n": len(parameters["run_name"])}
         if nb == "02_target_and_gold":  # the weights follow from the training's outcome (target_es)
             for role in ("target", "gold_forget10"):
-                (paths.checkpoint_dir("t", role)).mkdir(parents=True, exist_ok=True)
-                (paths.checkpoint_dir("t", role) / "model.safetensors").write_text(f"{role} {state['target_es']}")
+                _fake_checkpoint(paths.checkpoint_dir("t", role), {"role": role}, {}, f"{role} {state['target_es']}")
             if len(state["calls"]) == state.get("kill_late"):  # killed in the evaluation, its checkpoints saved
                 raise _FakeKill()
             roles = {"target": "target", "gold": "gold_forget10"}  # as notebook 02 names them
@@ -210,30 +210,41 @@ def fake_grid(tmp_path, monkeypatch):
             results["checkpoint_sha256"] = {k: _sha(paths.checkpoint_dir("t", r)) for k, r in roles.items()}
             results["evaluation"] = {"target": {"es": state["target_es"]}}
         if nb == "05_unlearn":
-            assert (paths.checkpoint_dir("t", "target") / "model.safetensors").is_file(), "05 ran without its target"
-            target = (paths.checkpoint_dir("t", "target") / "model.safetensors").read_text()
+            target_dir = paths.checkpoint_dir("t", "target")
+            assert (target_dir / "model.safetensors").is_file(), "05 ran without its target"
+            target = (target_dir / "model.safetensors").read_text()
             if parameters["method"] == "gold":  # points to notebook 02's gold model
                 ckpt = paths.checkpoint_dir("t", "gold_forget10")
-            else:
+            else:  # unlearned from the target it read, reused when cached under the same key
                 ckpt = paths.checkpoint_dir("t", f"unlearned/{parameters['run_name']}")
-                ckpt.mkdir(parents=True, exist_ok=True)  # unlearned from the target it read
-                (ckpt / "model.safetensors").write_text(f"{parameters['method']} of {target}")
+                _fake_checkpoint(ckpt, {"method": parameters["method"]}, {"original": str(target_dir)},
+                                 f"{parameters['method']} of {target}")
             results.update(method=parameters["method"], unlearned=str(ckpt), evaluated_on=target, checkpoint_sha256={
-                "original": _sha(paths.checkpoint_dir("t", "target")), "unlearned": _sha(ckpt)})
+                "original": _sha(target_dir), "unlearned": _sha(ckpt)})
         if nb == "06_attacks":  # as notebook 06 reads the record of the model it attacks
-            source, which = runs.checkpoint_record("05_unlearn", parameters["unlearned_run"])
+            source = records.read_run("05_unlearn", parameters["unlearned_run"])
             unlearned = source["results"]["unlearned"]
             assert (paths.Path(unlearned) / "model.safetensors").is_file(), "06 ran without its checkpoint"
             results["checkpoint_sha256"] = {"attacked": _sha(paths.Path(unlearned))}
-            # what it takes from that record: the evaluation before the attack (here: what it was made from)
-            results["before"] = source["results"].get("evaluated_on") if which != runs.OTHER_WEIGHTS else None
-        (out / runs.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": parameters}, "results": results}))
+            results["before"] = (paths.Path(unlearned) / "model.safetensors").read_text()
+        out = paths.Path(os.environ.get(paths.RECORD_TO_ENV) or out)  # as paths.run_dir does
+        (out / paths.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": parameters}, "results": results}))
         with open(output_path, "w") as f:
             json.dump({"executed": parameters["run_name"]}, f)
 
     monkeypatch.setattr(papermill, "execute_notebook", fake)
-    monkeypatch.setattr(models, "weights_sha256", _sha)  # the fake checkpoints are text, not safetensors
     return state
+
+
+def _fake_checkpoint(folder, settings, inputs, weights):
+    """A checkpoint as the notebooks cache one (:func:`cache.checkpoint`), its weights a text."""
+    def make(folder, work):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_text(weights)
+        return {}
+
+    cache.checkpoint(folder, "fake", settings, inputs, make)
 
 
 def _sha(folder):
@@ -257,7 +268,7 @@ def test_a_grid_killed_midway_and_restarted_ends_with_the_records_of_an_uninterr
     with pytest.raises(_FakeKill):
         runs.run_grid(runs.grid("t"))
     killed = paths.RUNS_DIR / "05_unlearn" / "t__method=npo"
-    assert not (killed / runs.RESULTS_FILE).exists() and not (killed / "05_unlearn.ipynb").exists()
+    assert not (killed / paths.RESULTS_FILE).exists() and not (killed / "05_unlearn.ipynb").exists()
     fake_grid.update(calls=[], kill_at=None)
     runs.run_grid(runs.grid("t"))
     # the finished runs are skipped
@@ -299,92 +310,63 @@ def test_a_whole_grid_on_a_fresh_machine_remakes_what_each_unrecorded_run_reads(
                                   "06_attacks/t__unlearned_run=t__method=gold"]
 
 
-def test_a_remade_checkpoint_that_does_not_reproduce_its_record_stops_the_grid(fake_grid, tmp_path):
+def test_a_remake_that_differs_prints_its_drift_goes_on_and_keeps_the_committed_record(fake_grid, tmp_path, capsys):
     import shutil
 
     specs = runs.grid("t")
     runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
+    before = _records(paths.RUNS_DIR)
     shutil.rmtree(tmp_path / "cache")  # a fresh machine, whose training comes out otherwise
     fake_grid.update(calls=[], target_es=0.8)
-    with pytest.raises(runs.RemadeDiffers,
-                       match=r"02_target_and_gold/t: .* e\.g\. /evaluation/target/es: 0\.9 against 0\.8"):
-        runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=npo")
-    assert fake_grid["calls"] == ["02_target_and_gold/t"]  # nothing was made from the new target
-    # the committed record is kept; the remade one lies in the cache beside the checkpoint it describes
-    record = json.loads((paths.RUNS_DIR / "02_target_and_gold" / "t" / runs.RESULTS_FILE).read_text())
-    assert record["results"]["evaluation"]["target"]["es"] == 0.9
-    assert runs.remade_results(specs[0])["evaluation"]["target"]["es"] == 0.8
+    capsys.readouterr()
+    log = runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=npo")
+    printed = capsys.readouterr().out
+    assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo",
+                                  "06_attacks/t__unlearned_run=t__method=npo"]
+    assert "02_target_and_gold/t: remade, outside tolerance of its record" in printed
+    assert "/evaluation/target/es" in printed and "OUTSIDE" in printed  # 0.8 against 0.9
+    assert [e.get("drift") for e in log[:2]] == ["outside tolerance", "within tolerance"]
+    # the committed records are kept; the remade ones lie in the cache beside the checkpoints
+    assert {k: v for k, v in _records(paths.RUNS_DIR).items() if k in before} == before
+    remade = json.loads((runs.remade_dir(specs[0]) / paths.RESULTS_FILE).read_text())
+    assert remade["results"]["evaluation"]["target"]["es"] == 0.8
+    # the attack was made from the remade npo model, which was made from the remade target
+    attack = json.loads((paths.RUNS_DIR / "06_attacks" / "t__unlearned_run=t__method=npo" / paths.RESULTS_FILE)
+                        .read_text())
+    assert attack["results"]["before"] == "npo of target 0.8"
 
 
-def test_a_remade_run_that_reproduces_its_record_leaves_the_committed_record_as_it_was(fake_grid, tmp_path):
+def test_a_checkpoint_made_by_other_code_is_remade_before_a_run_reads_it(fake_grid, tmp_path, monkeypatch):
+    specs = runs.grid("t")
+    runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
+    assert all(runs.checkpoints_current(s) for s in specs if s.notebook.stem != "06_attacks")
+    fake_grid["calls"].clear()
+    monkeypatch.setattr(cache, "source_hash", lambda: "edited")  # an equation of the package edited
+    assert not runs.checkpoints_current(specs[0])
+    runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=gold")
+    # the gold run's checkpoint is notebook 02's: current again once 02 is remade, so 05/gold is not
+    assert fake_grid["calls"] == ["02_target_and_gold/t", "06_attacks/t__unlearned_run=t__method=gold"]
+    assert runs.checkpoints_current(specs[0])
+    fake_grid["calls"].clear()
+    runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=npo")  # npo was made from the old code
+    assert fake_grid["calls"] == ["05_unlearn/t__method=npo", "06_attacks/t__unlearned_run=t__method=npo"]
+
+
+def test_a_remake_killed_midway_changes_no_record_and_is_remade_next_time(fake_grid, tmp_path):
     import shutil
 
     specs = runs.grid("t")
     runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
-    executed = paths.RUNS_DIR / "02_target_and_gold" / "t" / "02_target_and_gold.ipynb"
-    executed.write_text("as committed, with the recording machine's outputs")
     before = _records(paths.RUNS_DIR)
     shutil.rmtree(tmp_path / "cache")
-    fake_grid["calls"].clear()
+    fake_grid.update(calls=[], kill_at=2)  # killed in the remake of npo, after the target's
+    with pytest.raises(_FakeKill):
+        runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=npo")
+    assert _records(paths.RUNS_DIR) == before
+    fake_grid.update(calls=[], kill_at=None)
     runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=npo")
-    assert fake_grid["calls"][:2] == ["02_target_and_gold/t", "05_unlearn/t__method=npo"]
-    after = _records(paths.RUNS_DIR)
-    assert {k: v for k, v in after.items() if k in before} == before  # remade and reproduced: records untouched
-    assert not (tmp_path / "cache").joinpath(runs.REMADE_DIR).exists()
-
-
-def test_keep_remade_goes_on_and_what_it_makes_is_of_this_machines_lineage(fake_grid, tmp_path):
-    import shutil
-
-    specs = runs.grid("t")
-    runs.run_grid(specs)
-    before = _records(paths.RUNS_DIR)
-    original_target = (paths.checkpoint_dir("t", "target") / "model.safetensors").read_text()
-    shutil.rmtree(tmp_path / "cache")
-    fake_grid.update(calls=[], target_es=0.8)
-    mine = [s for s in runs.plan_run("06_attacks", tmp_path / "params" / "t" / "06_attacks.yaml", {"lr": 1e-4})
-            if "npo" in s.name]
-    universe = runs.dependency_grid(mine)
-    with pytest.raises(runs.RemadeDiffers, match="--keep-remade"):
-        runs.run_grid(mine, universe=universe)
-    fake_grid["calls"].clear()
-    with pytest.raises(runs.RemadeDiffers, match="remade earlier on this machine"):  # the cache now holds it
-        runs.run_grid(mine, universe=universe)
-    assert fake_grid["calls"] == []
-    runs.run_grid(mine, universe=universe, keep_remade=True)
-    # the target is not remade again; npo is remade from it (and differs), then the user's attack runs
-    assert fake_grid["calls"] == ["05_unlearn/t__method=npo", f"06_attacks/{mine[0].name}"]
-    after = _records(paths.RUNS_DIR)
-    assert {k: v for k, v in after.items() if k in before} == before  # no committed record changed
-    npo = next(s for s in specs if s.name == "t__method=npo")
-    assert runs.remade_results(npo) is not None
-    assert runs.remade_inputs(mine[0], universe) == ["05_unlearn/t__method=npo"]
-    assert runs.stale_inputs(mine[0], universe) == []
-    # a user's model unlearned from the remade target, and its attack: both of this machine's lineage
-    ga = runs.plan_run("05_unlearn", None, {"profile": "t", "original": "profile-target", "method": "ga", "lr": 1e-4})
-    runs.run_grid(ga, universe=runs.dependency_grid(ga), keep_remade=True)
-    attack = runs.plan_run("06_attacks", None, {"profile": "t", "unlearned_run": ga[0].name})
-    runs.run_grid(attack, universe=runs.dependency_grid(attack), keep_remade=True)
-    assert runs.remade_inputs(ga[0], universe) == ["02_target_and_gold/t"]
-    assert runs.remade_inputs(attack[0], universe) == ["02_target_and_gold/t"]  # through its model
-    assert runs.stale_inputs(attack[0], universe) == []
-    grid_attack = next(s for s in specs if s.name == "t__unlearned_run=t__method=npo")
-    assert runs.remade_inputs(grid_attack, universe) == [] and runs.stale_inputs(grid_attack, universe) == []
-    # the recorded checkpoint put back in the cache: the remade record no longer describes it, and goes
-    target = specs[0]
-    (paths.checkpoint_dir("t", "target") / "model.safetensors").write_text(original_target)
-    assert runs.remade_results(target) is None and not runs.remade_record_dir(target).exists()
-
-
-def test_record_differences_leave_out_wall_times_and_name_each_difference():
-    a = {"x": [1, 2.0, float("nan")], "train_seconds": 3, "written_at": "t1", "y": {"z": "a"}}
-    b = {"x": [1, 2.5, float("nan")], "train_seconds": 4, "written_at": "t2", "y": {"z": "a", "w": 1}}
-    assert runs.record_differences(a, b) == ["/x[1]: 2.0 against 2.5", "/y/w: only in the second"]
-    assert runs.record_differences(a, a) == [] and runs.record_differences([1], [1, 2]) == [": 1 items against 2"]
-    moved = ({"ckpt": "/cache/a/target", "method": "npo"}, {"ckpt": "/other/b/target", "method": "npo"})
-    assert runs.record_differences(*moved) == ["/ckpt: '/cache/a/target' against '/other/b/target'"]
-    assert runs.record_differences(*moved, any_location=True) == []
-    assert runs.record_differences({"m": "npo"}, {"m": "ga"}, any_location=True) == ["/m: 'npo' against 'ga'"]
+    assert fake_grid["calls"] == ["05_unlearn/t__method=npo", "06_attacks/t__unlearned_run=t__method=npo"]
+    assert {k: v for k, v in _records(paths.RUNS_DIR).items() if k in before} == before
 
 
 def test_runs_read_for_their_record_only_are_run_when_unrecorded_and_hub_ids_are_not_checkpoints(tmp_path, monkeypatch):
@@ -397,10 +379,7 @@ def test_runs_read_for_their_record_only_are_run_when_unrecorded_and_hub_ids_are
     specs = runs.grid("t")
     matched = next(s for s in specs if s.params["match_l2_run"])
     assert [(d.name, only) for d, only in runs.needed_runs(matched, specs)] == [("t", True)]
-    gold = runs.RunSpec(specs[0].notebook, {**specs[0].params, "method": "gold"}, "hub_gold")
-    gold.out_dir.mkdir(parents=True)
-    (gold.out_dir / runs.RESULTS_FILE).write_text(json.dumps({"results": {"unlearned": "org/some-gold-model"}}))
-    assert runs.made_checkpoints(gold) == []  # a hub id is not a missing local checkpoint
+    assert runs._made({"unlearned": "org/some-gold-model"}, "05_unlearn") == []  # a hub id is not a local checkpoint
 
 
 def test_a_failed_run_without_a_record_leaves_no_run_folder_and_names_its_error(fake_grid, tmp_path):
@@ -435,7 +414,7 @@ def test_a_failed_rerun_of_a_recorded_run_keeps_its_folder_and_the_partial_noteb
     assert spec.executed.read_text() == executed  # the runner deletes only results.json before a rerun
     fake_grid["fail_at"] = None
     runs.run_grid([spec], force=True)  # a successful rerun takes the failed notebook away
-    assert sorted(p.name for p in spec.out_dir.iterdir()) == ["02_target_and_gold.ipynb", runs.RESULTS_FILE]
+    assert sorted(p.name for p in spec.out_dir.iterdir()) == ["02_target_and_gold.ipynb", paths.RESULTS_FILE]
 
 
 def test_a_run_of_one_notebook_remakes_the_runs_it_reads_from_the_profile_grid(fake_grid, tmp_path):
@@ -464,21 +443,21 @@ def test_current_params_checks_the_types_papermill_does_not():
     namespace = {"profile": "tiny", "gamma": "abc", "n_calib": 16, "np": object()}
     with pytest.raises(RunError, match=r"Parameter 'gamma' of 04_frag.ipynb must be float, got str 'abc'\. "
                                        r"papermill injects parameters without checking"):
-        runs.current_params("04_frag", namespace)
+        parameters.current_params("04_frag", namespace)
     namespace["gamma"] = 0  # an int for a float is fine, and recorded as given
-    assert runs.current_params("04_frag", namespace) == {"profile": "tiny", "gamma": 0, "n_calib": 16}
+    assert parameters.current_params("04_frag", namespace) == {"profile": "tiny", "gamma": 0, "n_calib": 16}
     with pytest.raises(RunError, match="'n_calib' .* must be int, got float 16.5"):
-        runs.current_params("04_frag", {**namespace, "n_calib": 16.5})
+        parameters.current_params("04_frag", {**namespace, "n_calib": 16.5})
     with pytest.raises(RunError, match="'n_calib' .* must be int, got bool True"):
-        runs.current_params("04_frag", {**namespace, "n_calib": True})
+        parameters.current_params("04_frag", {**namespace, "n_calib": True})
     # papermill -p gama 0.5: a name the notebook does not declare, which would leave gamma at its default
     with pytest.raises(RunError, match=r"does not declare the parameter\(s\) 'gama' \(did you mean 'gamma'\?\)"):
-        runs.current_params("04_frag", {**namespace, "gama": 0.5})
+        parameters.current_params("04_frag", {**namespace, "gama": 0.5})
     # what a kernel holds besides the parameters is not taken for one: modules, constants, IPython's names
     import json as some_module
 
     quiet = {**namespace, "NOTEBOOK": "04_frag", "json": some_module, "In": [""], "Out": {}, "_i1": "x", "_": None}
-    assert runs.current_params("04_frag", quiet) == {"profile": "tiny", "gamma": 0, "n_calib": 16}
+    assert parameters.current_params("04_frag", quiet) == {"profile": "tiny", "gamma": 0, "n_calib": 16}
 
 
 def test_profiles_are_the_folders_of_the_parameter_files():
@@ -496,7 +475,7 @@ def test_a_collector_is_rerun_only_when_its_inputs_change(fake_grid, tmp_path):
     log = runs.run_grid(runs.grid("t"))
     assert fake_grid["calls"] == [] and all(e["status"] == "skipped (complete)" for e in log)
     assert _records(paths.RUNS_DIR / "09_figures") == collected
-    record = paths.RUNS_DIR / "05_unlearn" / "t__method=ga" / runs.RESULTS_FILE
+    record = paths.RUNS_DIR / "05_unlearn" / "t__method=ga" / paths.RESULTS_FILE
     rec = json.loads(record.read_text())
     record.write_text(json.dumps({**rec, "results": {**rec["results"], "es": 0.5}}))  # a number changed
     runs.run_grid(runs.grid("t"))
@@ -511,23 +490,23 @@ def test_records_name_no_machine_path_and_read_back_into_this_cache(tmp_path, mo
     run = tmp_path / "run"
     run.mkdir()
     ckpt = paths.checkpoint_dir("smol", "unlearned_forget10--x")
-    records.write_json(run / runs.RESULTS_FILE, {"unlearned": str(ckpt), "n": 3,
+    records.write_json(run / paths.RESULTS_FILE, {"unlearned": str(ckpt), "n": 3,
                                                  "notebook": str(paths.NOTEBOOKS_DIR / "05_unlearn.ipynb")}, {})
     (run / "05_unlearn.ipynb").write_text(json.dumps({"metadata": {"papermill": {"output_path": str(run)}},
                                                       "cells": [{"text": f"saved to {ckpt}"}]}))
     (run / "weights.bin").write_bytes(str(cache).encode())  # not a text record: left alone
-    changed = runs.make_portable(run)
-    assert sorted(f.name for f in changed) == ["05_unlearn.ipynb", runs.RESULTS_FILE]
-    text = (run / runs.RESULTS_FILE).read_text() + (run / "05_unlearn.ipynb").read_text()
+    changed = paths.make_portable(run)
+    assert sorted(f.name for f in changed) == ["05_unlearn.ipynb", paths.RESULTS_FILE]
+    text = (run / paths.RESULTS_FILE).read_text() + (run / "05_unlearn.ipynb").read_text()
     assert str(cache) not in text and str(paths.REPO_ROOT) + "/" not in text
-    stored = json.loads((run / runs.RESULTS_FILE).read_text())["results"]
+    stored = json.loads((run / paths.RESULTS_FILE).read_text())["results"]
     assert stored["unlearned"] == "$FRAG_CACHE_DIR/checkpoints/smol/unlearned_forget10--x"
     assert stored["notebook"] == "notebooks/05_unlearn.ipynb"
     # another machine (another cache root) reads the record as pointing into its own cache
     monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "elsewhere"))
-    assert records.read_json(run / runs.RESULTS_FILE)["results"]["unlearned"] == str(
-        tmp_path / "elsewhere" / numerics.cache_tag() / "checkpoints" / "smol" / "unlearned_forget10--x")
-    assert runs.make_portable(run) == []  # idempotent
+    assert records.read_json(run / paths.RESULTS_FILE)["results"]["unlearned"] == str(
+        tmp_path / "elsewhere" / "checkpoints" / "smol" / "unlearned_forget10--x")
+    assert paths.make_portable(run) == []  # idempotent
 
 
 MODEL_NOTEBOOKS = ("02_target_and_gold", "03_calibration", "04_frag", "05_unlearn", "06_attacks", "07_ablations")
@@ -537,8 +516,8 @@ def test_every_notebook_that_loads_a_model_takes_device_and_dtype_and_passes_the
     import re
 
     for stem in MODEL_NOTEBOOKS:
-        nb_file = runs.resolve_notebook(stem)
-        declared = runs.declared_parameters(nb_file)
+        nb_file = parameters.resolve_notebook(stem)
+        declared = parameters.declared_parameters(nb_file)
         assert declared["device"] == {"type": "str", "default": "auto"}, stem
         assert declared["dtype"] == {"type": "str", "default": "auto"}, stem
         code = "\n".join("".join(c["source"]) for c in json.loads(nb_file.read_text())["cells"]
@@ -563,141 +542,9 @@ def test_a_device_this_machine_lacks_is_refused_before_the_kernel_starts(monkeyp
     import torch
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    nb = runs.resolve_notebook("05_unlearn")
+    nb = parameters.resolve_notebook("05_unlearn")
     with pytest.raises(RunError, match="'device'.*no usable CUDA device.*use cpu or auto"):
-        runs.check_parameters(nb, {"device": "cuda"})
+        parameters.check_parameters(nb, {"device": "cuda"})
     with pytest.raises(RunError, match="not a device"):
-        runs.check_parameters(nb, {"device": "gpu0"})
-    assert runs.check_parameters(nb, {"device": "cpu"}) == {"device": "cpu"}
-
-
-def _fresh_machine(fake_grid, tmp_path, target_es=0.8):
-    """The 02 and 05 runs of the fake grid recorded, then a machine with an empty cache whose
-    training comes out otherwise (``target_es``); returns the records as committed."""
-    import shutil
-
-    runs.run_grid([s for s in runs.grid("t") if s.notebook.stem != "06_attacks"])
-    before = _records(paths.RUNS_DIR)
-    shutil.rmtree(tmp_path / "cache")
-    fake_grid.update(calls=[], target_es=target_es)
-    return before
-
-
-def _user_run(notebook, **params):
-    planned = runs.plan_run(notebook, None, {"profile": "t", **params})
-    return planned, runs.dependency_grid(planned)
-
-
-def test_a_remake_that_fails_or_is_killed_puts_the_committed_record_back_and_is_remade_next_time(fake_grid, tmp_path):
-    before = _fresh_machine(fake_grid, tmp_path)
-    mine, universe = _user_run("05_unlearn", original="profile-target", method="ga", lr=1e-4)
-    fake_grid["fail_at"] = 1
-    with pytest.raises(RunError, match=r"02_target_and_gold/t failed in cell \[3\].*committed record .* is put back"):
-        runs.run_grid(mine, universe=universe)
-    assert _records(paths.RUNS_DIR) == before
-    assert list((tmp_path / "cache").glob("*/failed/02_target_and_gold/t.ipynb"))
-    fake_grid.update(calls=[], fail_at=None, kill_late=1)  # killed after its checkpoints were saved
-    with pytest.raises(_FakeKill):
-        runs.run_grid(mine, universe=universe)
-    assert (paths.checkpoint_dir("t", "target") / "model.safetensors").is_file()
-    fake_grid.update(calls=[], kill_late=None)
-    # the saved checkpoint was never compared with its record: remade (and compared) before anything reads it
-    with pytest.raises(runs.RemadeDiffers, match="02_target_and_gold/t: It was remade"):
-        runs.run_grid(mine, universe=universe)
-    assert fake_grid["calls"] == ["02_target_and_gold/t"]
-    assert {k: v for k, v in _records(paths.RUNS_DIR).items() if ".committed" not in k} == before
-
-
-def test_after_a_stop_force_remakes_every_record_from_the_new_target_and_its_remade_record_goes(fake_grid, tmp_path):
-    _fresh_machine(fake_grid, tmp_path)
-    specs = runs.grid("t")
-    with pytest.raises(runs.RemadeDiffers):
-        runs.run_grid(specs, select="06_attacks")
-    runs.run_grid(specs, force=True)  # the README's other way on: every record reads the new target
-    assert runs.remade_results(specs[0]) is None and not runs.remade_record_dir(specs[0]).exists()
-    mine, universe = _user_run("05_unlearn", original="profile-target", method="ga", lr=1e-4)
-    runs.run_grid(mine, universe=universe)  # no stop: the cached target is the recorded one now
-    assert runs.remade_inputs(mine[0], universe) == [] == runs.stale_inputs(mine[0], universe)
-
-
-def test_the_gold_models_lineage_is_that_of_the_remade_02_run(fake_grid, tmp_path):
-    _fresh_machine(fake_grid, tmp_path)
-    mine, universe = _user_run("06_attacks", unlearned_run="t__method=gold", lr=1e-4)
-    with pytest.raises(runs.RemadeDiffers, match="02_target_and_gold/t: It was remade"):
-        runs.run_grid(mine, universe=universe)
-    with pytest.raises(runs.RemadeDiffers, match="02_target_and_gold/t: Its checkpoint in the cache .*t__method=gold"):
-        runs.run_grid(mine, universe=universe)  # the gold run's checkpoint is 02's remade gold model
-    runs.run_grid(mine, universe=universe, keep_remade=True)
-    assert runs.remade_inputs(mine[0], universe) == ["02_target_and_gold/t"]
-    assert runs.stale_inputs(mine[0], universe) == []
-
-
-def test_a_record_without_weight_hashes_is_compared_by_its_numbers_its_remade_weights_known(fake_grid, tmp_path):
-    import shutil
-
-    runs.run_grid([s for s in runs.grid("t") if s.notebook.stem != "06_attacks"])
-    npo = paths.RUNS_DIR / "05_unlearn" / "t__method=npo" / runs.RESULTS_FILE
-    record = json.loads(npo.read_text())
-    del record["results"]["checkpoint_sha256"]  # recorded before records named weight hashes
-    npo.write_text(json.dumps(record))
-    shutil.rmtree(tmp_path / "cache")
-    mine, universe = _user_run("06_attacks", unlearned_run="t__method=npo", lr=1e-4)
-    runs.run_grid(mine, universe=universe)  # the same training: the same numbers, no stop
-    assert runs.remade_inputs(mine[0], universe) == [] and not list((tmp_path / "cache").glob("*/remade/05_unlearn/*"))
-    shutil.rmtree(tmp_path / "cache")
-    fake_grid.update(target_es=0.8)
-    runs.run_grid(mine, universe=universe, force=True, keep_remade=True)
-    assert runs.remade_inputs(mine[0], universe) == ["05_unlearn/t__method=npo"]
-
-
-def test_a_cached_checkpoint_that_is_not_the_recorded_one_stops_the_run_before_anything_reads_it(fake_grid, tmp_path):
-    _fresh_machine(fake_grid, tmp_path, target_es=0.9)
-    target = paths.checkpoint_dir("t", "target")
-    target.mkdir(parents=True)
-    (target / "model.safetensors").write_text("a target another worktree trained")  # the gold model is missing
-    mine, universe = _user_run("05_unlearn", original="profile-target", method="ga", lr=1e-4)
-    runs.run_grid(mine, universe=universe)  # 02 counts as missing (its gold model): remade, reproduced
-    assert fake_grid["calls"][0] == "02_target_and_gold/t"
-    (target / "model.safetensors").write_text("a target another worktree trained")
-    fake_grid["calls"].clear()
-    with pytest.raises(RunError, match=r"02_target_and_gold/t: the checkpoint in the cache is not the one its record "
-                                       r"names \(.*/target: weights [0-9a-f]{12}, recorded [0-9a-f]{12}\)"):
-        runs.run_grid(mine, universe=universe, force=True)
-    assert fake_grid["calls"] == []
-
-
-def test_the_record_read_with_a_cached_checkpoint_is_the_one_that_describes_its_weights(fake_grid, tmp_path):
-    # notebook 06 takes the pre-attack evaluation and FRAG of the model it attacks from this record
-    _fresh_machine(fake_grid, tmp_path)
-    npo, gold = ("t__method=npo", "t__method=gold")
-    mine, universe = _user_run("06_attacks", unlearned_run=npo, lr=1e-4)
-    with pytest.raises(runs.RemadeDiffers):
-        runs.run_grid(mine, universe=universe)
-    runs.run_grid(mine, universe=universe, keep_remade=True)
-    committed = json.loads((paths.RUNS_DIR / "05_unlearn" / npo / runs.RESULTS_FILE).read_text())["results"]
-    assert committed["evaluated_on"] == "target 0.9"
-    record, which = runs.checkpoint_record("05_unlearn", npo)
-    assert which == runs.REMADE and record["results"]["evaluated_on"] == "target 0.8"  # not the committed one
-    attack = json.loads((mine[0].out_dir / runs.RESULTS_FILE).read_text())["results"]
-    assert attack["before"] == "target 0.8"  # the attack's "before" is that of the weights it attacked
-    # the gold run was not remade, but its weights (02's gold model) were: its record is of other weights,
-    # whether it names their hash or (a record from before weight hashes) not
-    gold_file = paths.RUNS_DIR / "05_unlearn" / gold / runs.RESULTS_FILE
-    record, which = runs.checkpoint_record("05_unlearn", gold)
-    assert which == runs.OTHER_WEIGHTS and record["results"]["method"] == "gold"
-    hashless = json.loads(gold_file.read_text())
-    del hashless["results"]["checkpoint_sha256"]
-    gold_file.write_text(json.dumps(hashless))
-    assert runs.checkpoint_record("05_unlearn", gold)[1] == runs.OTHER_WEIGHTS
-    # the recorded weights put back: the committed records describe the cache again
-    for role in ("target", "gold_forget10"):
-        (paths.checkpoint_dir("t", role) / "model.safetensors").write_text(f"{role} 0.9")
-    (paths.checkpoint_dir("t", f"unlearned/{npo}") / "model.safetensors").write_text("npo of target 0.9")
-    assert runs.checkpoint_record("05_unlearn", gold)[1] == runs.RECORDED
-    record, which = runs.checkpoint_record("05_unlearn", npo)
-    assert which == runs.RECORDED and record["results"]["evaluated_on"] == "target 0.9"
-    # weights that something else made (another worktree sharing the cache): not the record's
-    (paths.checkpoint_dir("t", f"unlearned/{npo}") / "model.safetensors").write_text("npo made elsewhere")
-    assert runs.checkpoint_record("05_unlearn", npo)[1] == runs.OTHER_WEIGHTS
-    with pytest.raises(FileNotFoundError, match="05_unlearn/t__method=sp has no record"):
-        runs.checkpoint_record("05_unlearn", "t__method=sp")
+        parameters.check_parameters(nb, {"device": "gpu0"})
+    assert parameters.check_parameters(nb, {"device": "cpu"}) == {"device": "cpu"}

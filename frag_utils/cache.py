@@ -1,0 +1,138 @@
+"""Cache keys: one function, :func:`key`, for every cached artefact (checkpoints, evaluations,
+calibration norms, the resumable state of a training).
+
+A key names everything that determines the artefact: its kind, the settings that made it, the
+identity of the models it was made from (:func:`model_identity`: a cached checkpoint stands for its
+own key, so keys chain), and a hash of the package's source (:func:`source_hash`). Editing any
+file of ``frag_utils/`` (an equation, a loss, a metric) therefore makes every cached artefact
+stale: a rerun remakes it instead of handing back what the old code made.
+
+A cached checkpoint keeps its key, and what the key was computed from, in its ``frag_record.json``
+(:func:`checkpoint`), so the runner can tell whether it is still current (:func:`is_current`)
+without running the notebook that made it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable
+
+from . import paths
+
+
+@lru_cache(maxsize=1)
+def source_hash() -> str:
+    """sha256 of every ``frag_utils/*.py`` (names and bytes), read once per process."""
+    digest = hashlib.sha256()
+    for f in sorted(paths.PACKAGE_DIR.rglob("*.py")):
+        digest.update(f"{f.relative_to(paths.PACKAGE_DIR)}\0".encode())
+        digest.update(f.read_bytes())
+    return digest.hexdigest()
+
+
+def model_identity(name_or_path: str | Path) -> str:
+    """What stands for a model's weights in a key: a cached checkpoint's own key; for another folder
+    its weight files (path, sizes, modification times); else the name (an embedded model, a hub id)."""
+    folder = Path(name_or_path).expanduser()
+    if not folder.is_dir():
+        return str(name_or_path)
+    record = _record(folder)
+    if record.get("cache_key"):
+        return record["cache_key"]
+    files = [(f.name, f.stat().st_size, f.stat().st_mtime_ns) for f in sorted(folder.glob("*.safetensors"))]
+    return json.dumps([str(folder.resolve()), files])
+
+
+def key(kind: str, settings: dict, models: dict[str, str] | None = None) -> str:
+    """The cache key of an artefact.
+
+    Args:
+        kind: what it is (``target``, ``05_unlearn``, ``evaluation``, ``calibration``, ...).
+        settings: every setting that determines it (JSON-able; data content as a digest).
+        models: role -> name or path of each model it is made from.
+    Returns:
+        A sha256 hex digest.
+    """
+    payload = {"kind": kind, "settings": settings, "source": source_hash(),
+               "models": {role: model_identity(m) for role, m in sorted((models or {}).items())}}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def records_digest(records: Any) -> str:
+    """sha256 of question/answer records (every field, in order): the data part of a key."""
+    return hashlib.sha256(json.dumps(list(records or []), sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _record(folder: Path) -> dict:
+    from .models import RECORD_FILE
+
+    file = folder / RECORD_FILE
+    return json.loads(file.read_text()) if file.is_file() else {}
+
+
+def is_current(folder: str | Path) -> bool:
+    """Whether ``folder`` holds a complete checkpoint whose key, computed again now (this code, the
+    models it was made from as they are now), is the one it was saved under."""
+    from .models import is_checkpoint
+
+    folder = Path(folder)
+    made = _record(folder).get("cache") if is_checkpoint(folder) else None
+    return bool(made) and key(made["kind"], made["settings"], made["models"]) == _record(folder).get("cache_key")
+
+
+def work_dir(folder: str | Path, artefact_key: str) -> Path:
+    """``<folder>.work``, the resumable state (trainer checkpoints) of the artefact ``artefact_key``
+    being made into ``folder``: emptied when it holds another key's state, never resumed from."""
+    work = Path(folder).with_name(Path(folder).name + ".work")
+    stamp = work / "cache_key"
+    if work.exists() and (not stamp.is_file() or stamp.read_text() != artefact_key):
+        shutil.rmtree(work)
+    work.mkdir(parents=True, exist_ok=True)
+    stamp.write_text(artefact_key)
+    return work
+
+
+def checkpoint(folder: str | Path, kind: str, settings: dict, models: dict[str, str],
+               make: Callable[[Path, Path], dict], remake: bool = False) -> dict:
+    """The record of the checkpoint in ``folder`` made under these settings and models, made now
+    unless it is cached under the same key.
+
+    Args:
+        make: ``make(folder, work)`` saves the checkpoint into ``folder`` (``work``: where to keep
+            resumable state, see :func:`work_dir`) and returns its record (JSON-able).
+        remake: make it even when it is cached.
+    Returns:
+        The record (``reused``: whether it came from the cache).
+    """
+    from .models import is_checkpoint, write_record
+
+    folder = Path(folder)
+    artefact_key = key(kind, settings, models)
+    record = _record(folder)
+    if not remake and record.get("cache_key") == artefact_key and is_checkpoint(folder):
+        return {**record, "reused": True}
+    work = work_dir(folder, artefact_key)
+    record = {**make(folder, work), "cache_key": artefact_key,
+              "cache": {"kind": kind, "settings": settings, "models": {r: str(m) for r, m in models.items()}}}
+    write_record(folder, json.loads(json.dumps(record, default=str)))
+    shutil.rmtree(work, ignore_errors=True)
+    return {**record, "reused": False}
+
+
+def cached_json(kind: str, settings: dict, models: dict[str, str], compute: Callable[[], Any]) -> tuple[Any, bool]:
+    """``compute()``, kept in ``<cache>/<kind>/<key>.json`` and read back while the key holds.
+
+    Returns:
+        ``(value, from_cache)``.
+    """
+    from .records import atomic_write_text
+
+    file = paths.cache_dir() / kind / f"{key(kind, settings, models)[:24]}.json"
+    if file.is_file():
+        return json.loads(file.read_text()), True
+    value = compute()
+    atomic_write_text(file, json.dumps(value, default=str))
+    return value, False

@@ -1,0 +1,261 @@
+"""Notebook parameters: declared in each notebook's ``parameters`` cell, checked, and named.
+
+* Every passed parameter name is checked against the notebook's ``parameters`` cell (papermill
+  itself only warns on a typo), and every value against the declared type.
+* Run names are built from parameter values (:func:`run_name`); which parameters apply to which
+  runs (:data:`APPLIES`) decides what names a run and what makes two runs the same (:func:`params_key`).
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import numerics, paths
+
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+class RunError(ValueError):
+    """A run that cannot start: unknown notebook or parameter, wrong type, missing file."""
+
+
+def resolve_notebook(name: str) -> Path:
+    """``02_target_and_gold``, ``02_target_and_gold.ipynb`` or a path -> the notebook file."""
+    candidates = [Path(name), paths.NOTEBOOKS_DIR / name, paths.NOTEBOOKS_DIR / f"{name}.ipynb"]
+    for c in candidates:
+        if c.is_file() and c.suffix == ".ipynb":
+            return c.resolve()
+    known = sorted(p.stem for p in paths.NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
+    raise RunError(f"No notebook '{name}'. Known notebooks: {', '.join(known)}.")
+
+
+def declared_parameters(notebook: Path) -> dict[str, dict]:
+    """The notebook's parameters: ``{name: {"type": "int"|..., "default": value}}``.
+
+    Read from the cell tagged ``parameters``, which holds annotated literals only.
+    """
+    import papermill
+
+    params = papermill.inspect_notebook(str(notebook))
+    if not params:
+        raise RunError(f"{notebook.name} has no cell tagged 'parameters'.")
+    # papermill skips, with only a log line, a parameter line it cannot parse (e.g. an '=' in
+    # the comment); such a parameter could then never be passed. Refuse the notebook instead.
+    nb = json.loads(notebook.read_text())
+    cell = next(c for c in nb["cells"] if "parameters" in c.get("metadata", {}).get("tags", []))
+    source = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+    assigned = re.findall(r"^([A-Za-z_]\w*)\s*(?::[^=]*)?=", source, flags=re.M)
+    unparsed = sorted(set(assigned) - set(params))
+    if unparsed:
+        raise RunError(f"papermill cannot parse parameter line(s) {unparsed} of {notebook.name}; "
+                       "write them as 'name: type = literal  # comment' without '=' in the comment.")
+    out = {}
+    for name, info in params.items():
+        try:
+            default = ast.literal_eval(info["default"])
+        except (ValueError, SyntaxError):
+            raise RunError(f"Parameter '{name}' of {notebook.name} is not a literal: {info['default']!r}.") from None
+        out[name] = {"type": info["inferred_type_name"], "default": default}
+    return out
+
+
+def _check_value(notebook: Path, name: str, value: Any, declared: str) -> Any:
+    expected = _TYPES.get(declared)
+    if expected is None:  # an annotation we do not check (e.g. a union)
+        return value
+    if expected is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if expected is not bool and isinstance(value, bool) or not isinstance(value, expected):
+        raise RunError(f"Parameter '{name}' of {notebook.name} must be {declared}, got "
+                       f"{type(value).__name__} {value!r}.")
+    return value
+
+
+def check_parameters(notebook: Path, params: dict) -> dict:
+    """Refuse unknown names and wrong types; returns the parameters with ints widened to floats."""
+    declared = declared_parameters(notebook)
+    unknown = sorted(set(params) - set(declared))
+    if unknown:
+        raise RunError(f"Unknown parameter(s) {unknown} for {notebook.name}. "
+                       f"Declared parameters: {', '.join(sorted(declared))}.")
+    checked = {k: _check_value(notebook, k, v, declared[k]["type"]) for k, v in params.items()}
+    if checked.get("device", "auto") != "auto":  # before a kernel starts: cuda on a machine without it
+        try:
+            numerics.resolve_device(checked["device"])
+        except numerics.NumericsError as err:
+            raise RunError(f"Parameter 'device' of {notebook.name}: {err}") from None
+    return checked
+
+
+def parse_cli_value(text: str) -> Any:
+    """A ``-p NAME VALUE`` value as YAML reads it (``3`` int, ``1e-4`` float, ``true`` bool)."""
+    value = yaml.safe_load(text)
+    if isinstance(value, str):
+        try:
+            return float(value) if any(c in value for c in ".eE") and value[0].isdigit() else value
+        except ValueError:
+            return value
+    return value
+
+
+NAMING = ("applicable", "every_varying")
+
+
+def load_params_file(path: str | Path, with_naming: bool = False) -> list[dict] | tuple[list[dict], str]:
+    """A YAML parameter file: one mapping (one run), a list of mappings (several runs), or
+    ``{naming: applicable | every_varying, runs: [...]}``.
+
+    ``naming`` says which keys name the runs of a list: ``applicable`` (the default) the keys whose
+    values differ between runs and that apply to the run (``APPLIES``: an RMU run is not named by
+    FRP's sparsity); ``every_varying`` every key that differs, applicable or not (the naming of the
+    records made before 2026-11-25, kept so that they stay complete).
+    """
+    path = Path(path)
+    if not path.is_file():
+        alt = paths.PARAMS_DIR / path
+        if not alt.is_file():
+            raise RunError(f"Parameter file '{path}' not found (also looked in {paths.PARAMS_DIR}).")
+        path = alt
+    data = yaml.safe_load(path.read_text())
+    naming = "applicable"
+    if isinstance(data, dict) and "runs" in data:
+        unknown = sorted(set(data) - {"runs", "naming"})
+        naming = data.get("naming", naming)
+        if unknown or naming not in NAMING:
+            raise RunError(f"{path}: a file with 'runs:' takes only 'naming' ({' | '.join(NAMING)}) beside it; "
+                           f"got keys {sorted(data)} and naming {naming!r}.")
+        data = data["runs"]
+    runs = data if isinstance(data, list) else [data]
+    if not runs or not all(isinstance(r, dict) for r in runs):
+        raise RunError(f"{path} must hold a mapping of parameters or a list of such mappings.")
+    return (runs, naming) if with_naming else runs
+
+
+_GRADIENT = ("ga", "graddiff", "npo", "rmu")
+
+
+def _methods(*names: str):
+    return lambda p: p.get("method") in names
+
+
+def _frp(*variants: str):
+    return lambda p: p.get("method") == "frp" and p.get("frp_variant") in variants
+
+
+# Which runs a notebook parameter applies to (a parameter not listed applies to every run). Read by
+# run_name: a key that varies across a parameter file names only the runs it applies to.
+APPLIES = {
+    "05_unlearn": {
+        "gold": _methods("gold"),
+        "sparsity": _methods("frp", "sp"), "prune_n_calib": _methods("frp", "sp"),
+        "frp_variant": _methods("frp"), "frp_lam": _frp("released", "eq6", "paper"),
+        "frp_veto": _frp("released"), "frp_beta": _frp("eq6", "paper"),
+        "sp_variant": _methods("sp"), "match_l2_run": _methods("sp"),
+        **{k: _methods(*_GRADIENT) for k in ("lr", "epochs", "batch_size", "grad_accum", "warmup_epochs", "bf16")},
+        "npo_beta": _methods("npo"),
+        **{k: _methods("rmu") for k in ("rmu_layer", "rmu_coeff", "rmu_alpha", "rmu_trainable")},
+    },
+    "06_attacks": {
+        "lora_targets": lambda p: p.get("lora_rank", 0) > 0,
+        "mc_shots": lambda p: bool(p.get("eval_mc")),
+    },
+}
+
+
+def applies(notebook: str, key: str, params: dict) -> bool:
+    """Whether parameter ``key`` of ``notebook`` (its stem) matters to a run with ``params``."""
+    rule = APPLIES.get(notebook, {}).get(key)
+    return rule is None or bool(rule(params))
+
+
+_KERNEL_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "open"}  # IPython's own variables
+
+
+# Parameters that say how a run is evaluated, scored or named, not what it makes
+NOT_MAKING = ("run_name", "device", "dtype", "eval_limit", "eval_batch_size", "max_new_tokens", "gamma",
+              "frag_n_calib", "retrain", "gold")
+
+
+def making(notebook: str, params: dict) -> dict:
+    """The parameters that determine what a run of ``notebook`` makes (its checkpoint's key): those
+    that apply to it (:data:`APPLIES`), less :data:`NOT_MAKING`."""
+    return {k: v for k, v in sorted(params.items()) if k not in NOT_MAKING and applies(notebook, k, params)}
+
+
+def notebook_defaults(notebook: str | Path) -> dict:
+    """Each declared parameter of ``notebook`` (a stem or a path) with its default value."""
+    return {k: v["default"] for k, v in declared_parameters(resolve_notebook(notebook)).items()}
+
+
+def current_params(notebook: str, namespace: dict) -> dict:
+    """Inside a notebook: the values of its declared parameters, for the record.
+
+    Args:
+        notebook: the notebook's stem (the kernel does not know its own file name).
+        namespace: ``globals()`` of the notebook.
+    Returns:
+        ``{name: value}`` of the declared parameters found in ``namespace``.
+    Raises:
+        RunError: a value of the wrong type (e.g. ``-p gamma abc`` passed to papermill directly,
+            which injects it as a string); ints for floats are accepted.
+    """
+    nb = resolve_notebook(notebook)
+    declared = declared_parameters(nb)
+    # papermill injects any -p name as a variable, declared or not: a misspelt one would leave the
+    # declared parameter at its default without a word. Such a name is a lowercase variable of a
+    # literal type that the notebook does not declare (imports, constants and IPython's own names
+    # are not).
+    injected = sorted(k for k, v in namespace.items()
+                      if not k.startswith("_") and k not in declared and k not in _KERNEL_NAMES and not k.isupper()
+                      and isinstance(v, (bool, int, float, str, list, dict, type(None))))
+    if injected:
+        import difflib
+
+        hints = [f"'{k}'" + (f" (did you mean '{m[0]}'?)" if (m := difflib.get_close_matches(k, declared, 1)) else "")
+                 for k in injected]
+        raise RunError(f"{nb.name} does not declare the parameter(s) {', '.join(hints)}, so papermill's value would be "
+                       f"ignored. Declared parameters: {', '.join(sorted(declared))}.")
+    # a parameter missing from the namespace was added to the notebook file after this kernel
+    # started (the run executes the version it read); it is left out of the record
+    values = {k: namespace[k] for k in declared if k in namespace}
+    for k, v in values.items():  # the runner checked these already; papermill used directly did not
+        try:
+            _check_value(nb, k, v, declared[k]["type"])
+        except RunError as err:
+            raise RunError(f"{err} papermill injects parameters without checking them (its -p reads a value "
+                           "that is not a number, true/false or None as a string); 'frag run' checks every "
+                           "parameter before the notebook starts.") from None
+    # the values as given, not widened: the record holds what the notebook ran with
+    return values
+
+
+def _fmt(value: Any) -> str:
+    return format(value, "g") if isinstance(value, float) else str(value)
+
+
+def run_name(params: dict, overrides: dict, tag: str = "") -> str:
+    """``<profile>`` (``<profile>.<tag>`` for a suffixed parameter file) plus ``__name=value``
+    for each override, sorted."""
+    base = str(params.get("profile", "custom")) + (f".{tag}" if tag else "")
+    extra = [f"{k}={_fmt(v)}" for k, v in sorted(overrides.items()) if k not in ("profile", "run_name")]
+    return paths.safe_name("__".join([base, *extra]))
+
+
+def params_key(params: dict, defaults: dict | None = None, notebook: str | None = None) -> str:
+    """What makes two runs of one notebook the same run: every parameter but ``run_name``.
+
+    With the notebook's ``defaults``, parameters at their default value are left out, so a record
+    written before a parameter was added to the notebook (whose default keeps the old behaviour,
+    as every added parameter's must) matches a run planned after. With ``notebook`` (its stem),
+    parameters that do not apply to the run (:data:`APPLIES`) are left out too: an FRP run is the
+    same run whatever learning rate its file gives the gradient methods.
+    """
+    defaults = defaults or {}
+    kept = {k: v for k, v in params.items() if k != "run_name" and not (k in defaults and v == defaults[k])
+            and (notebook is None or applies(notebook, k, params))}
+    return json.dumps(kept, sort_keys=True, default=str)

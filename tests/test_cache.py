@@ -1,0 +1,93 @@
+"""Caches that know the code: every cached artefact (a trained checkpoint, an evaluation, the
+calibration norms) is made again when the package's source changes, and reused otherwise."""
+import shutil
+
+import pytest
+
+from frag_utils import cache, calibration, data, metrics, models, paths, train
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture()
+def counted(monkeypatch, tmp_path):
+    """A fresh cache, and a count of the calls that make each artefact."""
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "cache"))
+    calls = {"train": 0, "evaluate": 0, "calibrate": 0}
+    finetune, evaluate, norms = train.finetune, metrics.evaluate_on_source, calibration.activation_norms
+
+    def count(name, fn):
+        def wrapped(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(train, "finetune", count("train", finetune))
+    monkeypatch.setattr(metrics, "evaluate_on_source", count("evaluate", evaluate))
+    monkeypatch.setattr(calibration, "activation_norms", count("calibrate", norms))
+    return calls
+
+
+def _make_all(tmp_path, records, tokenizer):
+    """Train a tiny checkpoint, evaluate it and calibrate on it, each through its cache."""
+    cfg = train.TrainConfig(epochs=1, lr=1e-3, batch_size=4, grad_accum=1, warmup_epochs=0, seed=0)
+    folder = tmp_path / "ckpt"
+    made = train.train_or_reuse("tiny", records, cfg, folder, {"split": "forget10"})
+    metrics.evaluate_model_cached(str(folder), "synthetic", "forget10", limit=1, max_new_tokens=2, batch_size=4)
+    model, tok = models.load_model(str(folder))
+    modules = calibration.select_modules(model, "mlp")
+    calibration.calibrate(model, tok, str(folder), "synthetic", "forget10", records, modules,
+                          calibration.CalibConfig(n=2, max_len=32))
+    return folder, made
+
+
+def test_an_edit_of_the_package_source_remakes_the_checkpoint_the_evaluation_and_the_norms(
+        counted, tmp_path, tokenizer, monkeypatch):
+    records = data.load_split("synthetic", "forget10", 4)
+    folder, made = _make_all(tmp_path, records, tokenizer)
+    assert counted == {"train": 1, "evaluate": 1, "calibrate": 1} and not made["reused"]
+    assert cache.is_current(folder)
+    _, made = _make_all(tmp_path, records, tokenizer)  # the same code: everything from the cache
+    assert counted == {"train": 1, "evaluate": 1, "calibrate": 1} and made["reused"]
+    # an equation edited: the hash of the package's source changes, and so every key
+    monkeypatch.setattr(cache, "source_hash", lambda: "edited")
+    assert not cache.is_current(folder)
+    _, made = _make_all(tmp_path, records, tokenizer)
+    assert counted == {"train": 2, "evaluate": 2, "calibrate": 2} and not made["reused"]
+    assert cache.is_current(folder)
+
+
+def test_the_source_hash_sees_an_edited_loss(tmp_path, monkeypatch):
+    copy = tmp_path / "frag_utils"
+    shutil.copytree(paths.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    cache.source_hash.cache_clear()
+    monkeypatch.setattr(paths, "PACKAGE_DIR", copy)
+    try:
+        before = cache.source_hash()
+        unlearn = copy / "unlearn.py"
+        unlearn.write_text(unlearn.read_text().replace("def npo_loss(", "def npo_loss(  ", 1))
+        cache.source_hash.cache_clear()
+        assert cache.source_hash() != before
+    finally:
+        cache.source_hash.cache_clear()
+
+
+def test_a_checkpoint_made_from_an_input_that_was_made_again_is_not_current(tmp_path, monkeypatch):
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path))
+
+    def writer(text):
+        def make(folder, work):
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "config.json").write_text("{}")
+            (folder / "model.safetensors").write_text(text)
+            return {}
+        return make
+
+    cache.checkpoint(tmp_path / "target", "target", {"epochs": 1}, {}, writer("t1"))
+    cache.checkpoint(tmp_path / "unlearned", "05", {"lr": 1}, {"original": str(tmp_path / "target")}, writer("u"))
+    assert cache.is_current(tmp_path / "unlearned")
+    cache.checkpoint(tmp_path / "target", "target", {"epochs": 2}, {}, writer("t2"))  # other settings
+    assert not cache.is_current(tmp_path / "unlearned")
+    made = cache.checkpoint(tmp_path / "unlearned", "05", {"lr": 1}, {"original": str(tmp_path / "target")},
+                            writer("u2"))
+    assert not made["reused"] and cache.is_current(tmp_path / "unlearned")
