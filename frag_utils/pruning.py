@@ -46,7 +46,8 @@ column and its ``gate_proj`` / ``up_proj`` rows zeroed). Two variants:
   configuration's batches (padding excluded), ``eps`` = 1e-6, scores in float64, exactly
   ``floor(fraction * n)`` neurons (ties to the earlier MLP, then the lower index).
 
-The authors load the model in bf16 for SP (``torch_dtype=torch.bfloat16``).
+The authors load the model in bf16 for SP (``torch_dtype=torch.bfloat16``); here the dtype the
+model runs in is :func:`prune_checkpoint`'s ``precision``.
 
 :func:`prune_checkpoint` does either method end to end (load, calibrate, prune, measure, save);
 ``frag prune`` is its command line.
@@ -76,6 +77,7 @@ SP_VARIANTS = ("released", "down_in")
 # tokens per sequence, the token budget per split, and eps.
 SP_RELEASED = {"n": 500, "max_len": 256, "max_tokens": 50_000, "eps": 1e-5}
 SP_EPS = {"released": SP_RELEASED["eps"], "down_in": EPS}
+PRECISIONS = ("fp32", "bf16")  # the dtype a pruner runs the model in for calibration (the authors' --dtype)
 DEFAULT_SPARSITY = {"frp": 0.03, "sp": 0.05}  # paper: 3 % of each row; SP baseline: 5 % of neurons
 
 
@@ -532,7 +534,8 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
                      retain_split: str | None = None, method: str = "frp", sparsity: float | None = None,
                      beta: float = 0.05, lam: float = DEFAULT_LAM, variant: str | None = None,
                      veto: float = DEFAULT_VETO, scope: str = "mlp", calib: Any = None, device: str = "cpu",
-                     use_cache: bool = True, target_l2: float | None = None, weights: str = "fp32") -> dict:
+                     use_cache: bool = True, target_l2: float | None = None, weights: str = "fp32",
+                     precision: str = "fp32") -> dict:
     """Load a model, calibrate on forget/retain text, prune with FRP or SP, check, and save.
 
     Args:
@@ -553,6 +556,12 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
         weights: ``fp32``, or ``bf16``: the original is rounded to bf16 when loaded, as the
             authors load it (``--dtype bf16``), so the pruned checkpoint is bf16-representable
             and differs from that rounded original in pruned entries only.
+        precision: the dtype the model is loaded and run in to calibrate (FRP's norms, SP's
+            activations) and whose weights are scored, as the authors' ``--dtype``: ``fp32`` (their
+            default; ``scripts/unlearn_baselines.sh`` method RC, the FRP of Tables 1 and 3) or
+            ``bf16`` (``scripts/frp_tofu.sh``, the FRP-RV rows; ``selective_pruning.py`` always).
+            ``bf16`` rounds the weights, so it needs ``weights="bf16"``; on the CPU it needs
+            deterministic mode off (``FRAG_DETERMINISTIC=0``).
     Returns:
         The record written next to the checkpoint: settings, model and data ids, calibration
         counts, achieved sparsity per module (FRP) or removed neurons per MLP (SP), provenance.
@@ -583,9 +592,16 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
     if veto and not (method == "frp" and variant == "released"):
         raise PruningError(f"veto (P) is the released FRP variant's retain veto; "
                            f"{method} {variant!r} has none: set it to 0.")
+    from . import numerics
     from .numerics import check_weights, round_to_bf16_
 
     check_weights(weights)
+    if precision not in PRECISIONS:
+        raise PruningError(f"precision must be one of {PRECISIONS}, got {precision!r}.")
+    if precision == "bf16" and weights != "bf16":
+        raise PruningError("precision 'bf16' loads the model in bf16, which rounds its weights (as the authors' "
+                           "--dtype bf16 does): set weights to 'bf16' as well.")
+    load_dtype = numerics.resolve_dtype(precision, device)  # bf16 on the CPU: refused in deterministic mode
     calib = calib or (sp_calib_config(variant) if method == "sp" else calibration.CalibConfig(n=400, max_len=256))
     retain_split = retain_split or data.matching_retain(forget_split)
     if not forget_split.startswith("forget") or retain_split == forget_split or retain_split.startswith("forget"):
@@ -594,13 +610,12 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
                            f"'{retain_split}'; e.g. forget10 with retain90).")
     forget = data.load_split(data_source, forget_split)
     retain = data.load_split(data_source, retain_split)
-    # bf16 storage: on a GPU loaded in bf16 and calibrated in it, as the authors prune (--dtype bf16);
-    # on the CPU rounded to bf16 and calibrated in fp32 (deterministic mode)
-    on_gpu = not str(device).startswith("cpu")
-    load_dtype = torch.bfloat16 if weights == "bf16" and on_gpu else torch.float32
     model, tokenizer = models.load_model(model_id, device=device, dtype=load_dtype)
-    rounded = round_to_bf16_(model.parameters()) if weights == "bf16" and not on_gpu else 0
-    settings = {"method": method, "variant": variant, "sparsity": sparsity, "weights": weights}
+    # bf16 storage at fp32 precision: the original rounded to bf16, then calibrated in fp32 (as RC
+    # prunes OpenUnlearning's bf16 checkpoints loaded with --dtype fp32)
+    rounded = round_to_bf16_(model.parameters()) if weights == "bf16" else 0
+    settings = {"method": method, "variant": variant, "sparsity": sparsity, "weights": weights,
+                "precision": precision}
     if method == "frp":
         modules = calibration.select_modules(model, scope)
         too_narrow = sorted({m.in_features for m in modules.values() if math.floor(sparsity * m.in_features) < 1})
