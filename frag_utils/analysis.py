@@ -151,3 +151,22 @@ def paper_table3(chosen: pd.DataFrame, predictors: Sequence[str] = PAPER_TABLE3_
     with bootstrap intervals (one row per predictor and subset)."""
     return predictor_table(chosen, {"all": chosen.method.ne(""), "w/o FRP": chosen.method.ne("frp")},
                            predictors=predictors, n_boot=n_boot, seed=seed)
+
+
+AUTHORS_TABLE3 = ("scale", "subset", "predictor", "rho", "n", "source")
+
+
+def authors_table3() -> pd.DataFrame:
+    """The authors' Table 3 as their paper and repository give it (``data/reference/authors_table3.csv``).
+
+    Returns:
+        One row per scale (``1B``, ``3B``, ``pooled``), subset (``all``, ``w/o FRP``), predictor
+        (``l2``, ``frag_gap``, ``cos_f``, ``cos_r``, ``frag_printed``) and source: ``rho``, ``n``,
+        ``source`` (``data/reference/README.md`` names each).
+    """
+    from .paths import DATA_DIR
+
+    table = pd.read_csv(DATA_DIR / "reference" / "authors_table3.csv")
+    if tuple(table.columns) != AUTHORS_TABLE3:
+        raise ValueError(f"authors_table3.csv has columns {list(table.columns)}, expected {list(AUTHORS_TABLE3)}.")
+    return table

@@ -15,6 +15,14 @@ forget split plus the ``real_authors`` and ``world_facts`` question/answer sets)
 (epochs, evaluated after each epoch of one run) and a LoRA attack (``lora_rank > 0``, through
 peft), which the paper does not test.
 
+The reference schedule is OpenUnlearning's ``experiment=finetune/tofu/default`` as the authors'
+``scripts/attack.sh`` runs it: one epoch, lr 1e-5, ``adamw_torch``, weight decay 0.01, effective
+batch 32, seed 42, and ``warmup_epochs: 1.0``, so the whole attack is linear warmup and its k-th of
+T steps applies ``lr k/T``. What the optimizer actually did is recorded (:func:`schedule_summary`:
+the rate of every step read from the optimizer, its peak and mean, the non-padding tokens trained
+on) and an attack of fewer than :data:`FEW_STEPS` steps is flagged. An attack that leaves the
+weights bit-identical (one step of warmup applies lr 0) is an error, never a silent no-op.
+
 Training goes through :func:`frag_utils.train.make_trainer` (Hugging Face ``Trainer``): progress
 bar, logging, seeding, several GPUs through ``accelerate``, and resumption from the newest saved
 state in the work folder; the evaluation after each epoch is kept in that folder too, so a
@@ -22,6 +30,7 @@ resumed run reports every epoch.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import time
@@ -29,6 +38,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import torch
 from torch import nn
 from transformers import TrainerCallback
 
@@ -42,6 +52,10 @@ OPTIMIZERS = {"adamw": ("adamw_torch", None), "sgd": ("sgd", None), "sgd_momentu
 LORA_DEFAULT_TARGETS = "q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj"
 SPEC_FILE = "attack_spec.json"
 EPOCHS_FILE = "epoch_evaluations.json"
+STEPS_FILE = "optimizer_steps.json"
+# An attack of fewer optimizer steps is flagged: with warmup over the whole attack (the reference
+# schedule) its first step applies lr 0 and the others a fraction of the configured peak.
+FEW_STEPS = 5
 # The paper marks an attack as not effective when it recovers nothing from any model.
 NOT_EFFECTIVE_BELOW = 0.10
 
@@ -174,6 +188,55 @@ class _EpochEvaluation(TrainerCallback):
         return control
 
 
+class _StepRecord(TrainerCallback):
+    """The learning rate each optimizer step applied, read from the optimizer as it steps, and the
+    non-padding tokens trained on by the end of that step (the trainer's count); kept in ``file``
+    so that a resumed run reports every step."""
+
+    def __init__(self, file: Path):
+        self.file = file
+        self.steps: list[dict] = []
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        kept = json.loads(self.file.read_text()) if self.file.is_file() else []
+        self.steps = [s for s in kept if s["step"] < state.global_step]  # the resumed run redoes the rest
+
+    def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+        # after optimizer.step(), before the scheduler moves on: the rate this step used
+        self.steps.append({"step": state.global_step, "lr": optimizer.param_groups[0]["lr"]})
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.steps[-1]["tokens_seen"] = state.num_input_tokens_seen
+        atomic_write_text(self.file, json.dumps(self.steps))
+
+
+def weights_digest(model: nn.Module) -> str:
+    """sha256 over the name and raw bytes of every parameter of ``model``, in order."""
+    digest = hashlib.sha256()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            digest.update(name.encode())
+            digest.update(p.detach().contiguous().cpu().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def schedule_summary(steps: list[dict], global_steps: int, lr: float) -> dict:
+    """What an attack's optimizer did, from its per-step record: the learning rate of every step, its
+    peak and mean, the tokens trained on, and a warning when it took fewer than :data:`FEW_STEPS`
+    steps (None otherwise). Rates are None when the record does not hold every step (a run resumed
+    from state saved before steps were recorded)."""
+    complete = [s["step"] for s in steps] == list(range(global_steps))
+    lrs = [s["lr"] for s in steps] if complete else None
+    peak, mean = (max(lrs), sum(lrs) / len(lrs)) if lrs else (None, None)
+    warning = None
+    if global_steps < FEW_STEPS:
+        warning = (f"only {global_steps} optimizer step(s), fewer than {FEW_STEPS}: the attack barely trains"
+                   + (f" (learning rates applied {[f'{x:.3g}' for x in lrs]}, configured peak {lr:g})" if lrs else ""))
+    return {"lr_per_step": lrs, "lr_peak": peak, "lr_mean": mean,
+            "tokens_seen": steps[-1].get("tokens_seen") if complete and steps else 0,
+            "few_steps": global_steps < FEW_STEPS, "few_steps_warning": warning}
+
+
 def _with_lora(model: nn.Module, config: AttackConfig) -> nn.Module:
     from peft import LoraConfig, get_peft_model
 
@@ -209,11 +272,14 @@ def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: A
     Returns:
         ``(model, summary)``: the attacked model (LoRA adapters merged into the weights) and
         ``train_seconds`` (including the evaluations; each evaluation's own ``eval_seconds`` is in
-        it), ``global_steps``, ``steps_per_epoch``, ``logged_losses``, ``resumed_from``,
-        ``n_examples``, ``config``, ``epochs`` ({epoch: evaluation}).
+        it), ``global_steps`` (optimizer steps taken), ``steps_per_epoch``, ``logged_losses``,
+        ``resumed_from``, ``n_examples``, ``config``, ``epochs`` ({epoch: evaluation}), and what the
+        optimizer did (:func:`schedule_summary`): ``lr_per_step``, ``lr_peak``, ``lr_mean``,
+        ``tokens_seen``, ``few_steps``, ``few_steps_warning``.
     Raises:
         ValueError: empty ``records``, LoRA targets missing from the model, ``eval_epochs``
             outside ``1..epochs``, or a work folder of another attack.
+        RuntimeError: the attacked weights are bit-identical to the weights it started from.
     """
     if not records:
         raise ValueError("The attack set is empty: nothing to fine-tune on.")
@@ -227,10 +293,12 @@ def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: A
     train.guard_work_dir(work_dir, {"config": trained, "data": cache.records_digest(records), "model": model_id,
                                     "evaluation": {**(eval_key or {}), "epochs": sorted(wanted)}},
                          "attack", SPEC_FILE, replace_other)
+    start_digest = weights_digest(model)
     if config.lora_rank > 0:
         model = _with_lora(model, config)
     dataset = train.QADataset(tokenizer, records, config.chat, config.max_len)
-    cbs = list(callbacks or [])
+    step_record = _StepRecord(work_dir / STEPS_FILE)
+    cbs = [step_record, *(callbacks or [])]
     epoch_eval = None
     if evaluate is not None and wanted:
         epoch_eval = _EpochEvaluation(evaluate, wanted, work_dir / EPOCHS_FILE,
@@ -238,13 +306,20 @@ def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: A
         cbs.append(epoch_eval)
     trainer = train.make_trainer(model, tokenizer, dataset, config.train_config(), work_dir,
                                  optim_args=OPTIMIZERS[config.optimizer][1], save_steps=config.save_steps,
-                                 callbacks=cbs)
+                                 count_tokens=True, callbacks=cbs)
     summary = train.run_trainer(trainer, work_dir)
     model = trainer.model  # run_trainer has removed training's mixed-precision wrapper
     if config.lora_rank > 0:
         model = model.merge_and_unload()
         model.requires_grad_(True)  # peft froze the base weights
     model.eval()
+    summary.update(schedule_summary(step_record.steps, summary["global_steps"], config.lr))
+    if weights_digest(model) == start_digest:
+        raise RuntimeError(
+            f"The attack left every weight exactly as it was ({summary['global_steps']} optimizer step(s), "
+            f"learning rates applied {summary['lr_per_step']}): an attack here must never be a silent no-op. "
+            "With warmup over the whole attack a single step applies lr 0; use more data, a smaller batch or "
+            "less warmup (work folder: " + str(work_dir) + ").")
     summary.update(n_examples=len(dataset), config=config.as_dict(),
                    steps_per_epoch=train.steps_per_epoch(len(dataset), config.train_config()),
                    epochs={int(k): v for k, v in (epoch_eval.results if epoch_eval else {}).items()})

@@ -21,17 +21,33 @@ FRP, per target module ``W [d_out, d_in]`` and output row ``i``, zeroes the top
 Ties. Ranks break ties by position (a stable sort) and the top-k takes, among equal scores at
 the budget's edge, the lowest positions. The authors' code uses torch's default (unstable)
 ``argsort`` and ``topk``, whose order among equal values is unspecified and differs between CPU
-and GPU kernels; bf16 weights tie often (about a third of a 576-wide row of ``|W|``), so at the
-budget's edge a mask can differ from one of theirs in entries whose scores are equal. Scores and
-rule are theirs; the tie order is fixed here so that a mask is a function of its inputs.
+and GPU kernels. Ties in ``S`` are common whatever the precision: with ``lam`` = 0.05 two entries
+of a row tie whenever their ``rank(|W|)`` differ by 20 times their ratio ranks' difference the other
+way (measured: every row of a random fp32 576 x 64 layer holds tied scores, and 3 rows in 64 tie
+at the 3 % budget's edge); bf16 weights add ties in ``|W|`` itself (about a third of a 576-wide
+row). So at the budget's edge a mask can differ from one of theirs in entries whose scores are
+equal. Scores and rule are theirs; the tie order is fixed here so that a mask is a function of
+its inputs.
 
 Selective Pruning (SP, the neuron-level baseline): each MLP neuron is scored by its mean
 ``|activation|`` on forget tokens over that on retain tokens, ``I_f / (I_r + eps)``, one global
 top ``fraction`` over all layers is chosen, and each chosen neuron is removed (its ``down_proj``
-column and its ``gate_proj`` / ``up_proj`` rows zeroed). The activation is the input of
-``down_proj``, ``act(gate(x)) * up(x)`` (``variant="down_in"``, the default), or the output of
-``up_proj`` (``variant="up"``, what the paper's released baseline scored). Padding tokens never
-enter the means.
+column and its ``gate_proj`` / ``up_proj`` rows zeroed). Two variants:
+
+* ``released`` (the default): exactly the authors' ``baselines/selective_pruning.py --scoring
+  activation_ratio`` with its defaults (:data:`SP_RELEASED`): the activation is the output of
+  ``up_proj``; the text is the first 500 records as plain ``Question: ...\nAnswer: ...`` cut at
+  256 tokens (``frp/data.py``), run one sequence per forward pass, sequences taken until 50,000
+  tokens have been run (the one that crosses the mark included); each sequence's sum of
+  ``|a|`` is taken in the model's dtype and accumulated in float32; ``eps`` = 1e-5; scores in
+  float32; the threshold is the smallest of the global top ``floor(fraction * n)`` scores and
+  every neuron scoring ``>=`` it is removed, so ties at the threshold remove more than the budget.
+* ``down_in``: the input of ``down_proj``, ``act(gate(x)) * up(x)``, over the calibration
+  configuration's batches (padding excluded), ``eps`` = 1e-6, scores in float64, exactly
+  ``floor(fraction * n)`` neurons (ties to the earlier MLP, then the lower index).
+
+The authors load the model in bf16 for SP (``torch_dtype=torch.bfloat16``); here the dtype the
+model runs in is :func:`prune_checkpoint`'s ``precision``.
 
 :func:`prune_checkpoint` does either method end to end (load, calibrate, prune, measure, save);
 ``frag prune`` is its command line.
@@ -56,7 +72,12 @@ VARIANT_ALIASES = {"paper": "eq6"}  # the name records written before 2026-11-25
 # The scoring rules of the paper's FRP ablation (appendix B.3), each pruning the per-row top of
 # its score: |W| only (magnitude pruning), |W| x^f, and |W| x^f / x^r (= F alone, no retain term).
 FRP_ABLATION_RULES = ("magnitude", "magnitude_xf", "magnitude_ratio")
-SP_VARIANTS = ("down_in", "up")
+SP_VARIANTS = ("released", "down_in")
+# The released SP baseline's defaults (baselines/selective_pruning.py, frp/data.py): records per split,
+# tokens per sequence, the token budget per split, and eps.
+SP_RELEASED = {"n": 500, "max_len": 256, "max_tokens": 50_000, "eps": 1e-5}
+SP_EPS = {"released": SP_RELEASED["eps"], "down_in": EPS}
+PRECISIONS = ("fp32", "bf16")  # the dtype a pruner runs the model in for calibration (the authors' --dtype)
 DEFAULT_SPARSITY = {"frp": 0.03, "sp": 0.05}  # paper: 3 % of each row; SP baseline: 5 % of neurons
 
 
@@ -265,74 +286,104 @@ def mlp_blocks(model: nn.Module) -> dict[str, nn.Module]:
     return blocks
 
 
+def sp_calib_config(variant: str = "released") -> Any:
+    """The calibration text a Selective Pruning variant uses by default: the released baseline's
+    500 records of 256 tokens (``frp/data.py``), or 400 for ``down_in``."""
+    from .calibration import CalibConfig
+
+    _check_sp_variant(variant)
+    if variant == "released":
+        return CalibConfig(n=SP_RELEASED["n"], max_len=SP_RELEASED["max_len"], batch_size=1)
+    return CalibConfig(n=400, max_len=256)
+
+
+def _check_sp_variant(variant: str) -> None:
+    if variant not in SP_VARIANTS:
+        raise PruningError(f"Unknown Selective Pruning variant {variant!r}; choose one of {SP_VARIANTS}.")
+
+
 @torch.no_grad()
 def neuron_activations(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: Any,
-                       variant: str = "down_in") -> dict[str, torch.Tensor]:
-    """Mean ``|activation|`` of every MLP neuron over the (non-padding) tokens of ``records``.
+                       variant: str = "released") -> tuple[dict[str, torch.Tensor], dict]:
+    """Mean ``|activation|`` of every MLP neuron over the tokens of ``records``.
 
     Args:
         config: a :class:`frag_utils.calibration.CalibConfig` (n, max_len, selection, chat, batch
-            size; its ``statistic`` is not used).
-        variant: ``down_in`` (the input of ``down_proj``, ``act(gate(x)) * up(x)``) or ``up``
-            (the output of ``up_proj``).
+            size; its ``statistic`` is not used, and ``released`` ignores its batch size).
+        variant: ``released`` (the output of ``up_proj``, one sequence per forward pass, the
+            sequences up to :data:`SP_RELEASED` ``max_tokens`` tokens, sums in the model's dtype
+            accumulated in float32, as ``collect_activations`` does) or ``down_in`` (the input of
+            ``down_proj``, ``act(gate(x)) * up(x)``, batched, padding excluded, float64 sums).
     Returns:
-        ``{MLP name: mean |a| [d_ff]}`` (fp32, on the CPU).
+        ``({MLP name: mean |a| [d_ff]} (fp32, on the CPU), {"sequences": run, "tokens": run})``.
     """
     from .calibration import encode_calibration, run_hooked_batches, select_records
 
-    if variant not in SP_VARIANTS:
-        raise PruningError(f"Unknown Selective Pruning variant {variant!r}; choose 'down_in' or 'up'.")
+    _check_sp_variant(variant)
     blocks = mlp_blocks(model)
     if len(records) == 0:
         raise PruningError("Selective Pruning needs forget and retain text: a split is empty.")
     encoded = encode_calibration(tokenizer, select_records(records, config), config)
+    released = variant == "released"
+    if released:  # theirs: stop after the sequence with which the tokens run reach max_tokens
+        ends = torch.tensor([len(e["input_ids"]) for e in encoded]).cumsum(0)
+        encoded = encoded[:int((ends < SP_RELEASED["max_tokens"]).sum()) + 1]
     device = next(model.parameters()).device
-    acc = {name: torch.zeros(b.down_proj.in_features, dtype=torch.float64, device=device) for name, b in blocks.items()}
+    acc = {name: torch.zeros(b.down_proj.in_features, dtype=torch.float32 if released else torch.float64,
+                             device=device) for name, b in blocks.items()}
     state: dict[str, torch.Tensor] = {}
 
-    def add(name: str, a: torch.Tensor) -> None:  # a [B, T, d_ff]; padded positions masked out
-        acc[name] += (a.float().abs() * state["mask"][..., None]).sum(dim=(0, 1)).double()
+    def add(name: str, a: torch.Tensor) -> None:  # a [B, T, d_ff]
+        if released:  # B = 1, no padding: the sum in a's dtype, then float32, as theirs
+            acc[name] += a.abs().reshape(-1, a.shape[-1]).sum(dim=0).float()
+        else:  # padded positions masked out
+            acc[name] += (a.float().abs() * state["mask"][..., None]).sum(dim=(0, 1)).double()
 
-    if variant == "down_in":
-        hooked = {f"{name}.down_proj": b.down_proj for name, b in blocks.items()}
-        handles = [b.down_proj.register_forward_pre_hook(lambda _m, args, n=name: add(n, args[0]))
-                   for name, b in blocks.items()]
-    else:
+    if released:
         hooked = {f"{name}.up_proj": b.up_proj for name, b in blocks.items()}
         handles = [b.up_proj.register_forward_hook(lambda _m, _args, out, n=name: add(n, out))
                    for name, b in blocks.items()]
+    else:
+        hooked = {f"{name}.down_proj": b.down_proj for name, b in blocks.items()}
+        handles = [b.down_proj.register_forward_pre_hook(lambda _m, args, n=name: add(n, args[0]))
+                   for name, b in blocks.items()]
     try:
-        tokens = run_hooked_batches(model, tokenizer, encoded, config.batch_size, hooked, state)
+        tokens = run_hooked_batches(model, tokenizer, encoded, 1 if released else config.batch_size, hooked, state)
     finally:
         for h in handles:
             h.remove()
     if tokens == 0:
         raise PruningError("The calibration text has no tokens.")
-    return {k: (v / tokens).float().cpu() for k, v in acc.items()}
+    return {k: (v / tokens).float().cpu() for k, v in acc.items()}, {"sequences": len(encoded), "tokens": tokens}
 
 
-def sp_scores(forget_act: dict[str, torch.Tensor], retain_act: dict[str, torch.Tensor], eps: float = EPS
-              ) -> dict[str, torch.Tensor]:
-    """Selective Pruning scores ``I_f / (I_r + eps)`` per neuron (``[d_ff]`` per MLP)."""
+def sp_scores(forget_act: dict[str, torch.Tensor], retain_act: dict[str, torch.Tensor], eps: float = EPS,
+              dtype: torch.dtype = torch.float64) -> dict[str, torch.Tensor]:
+    """Selective Pruning scores ``I_f / (I_r + eps)`` per neuron (``[d_ff]`` per MLP), computed in ``dtype``."""
     if set(forget_act) != set(retain_act):
         raise PruningError("Forget and retain activations must cover the same MLPs.")
-    return {k: forget_act[k].double() / (retain_act[k].double() + eps) for k in forget_act}
+    return {k: forget_act[k].to(dtype) / (retain_act[k].to(dtype) + eps) for k in forget_act}
 
 
-def sp_select(scores: dict[str, torch.Tensor], fraction: float) -> dict[str, list[int]]:
-    """The global top ``floor(fraction * all neurons)`` by score, as sorted neuron indices per MLP.
+def sp_select(scores: dict[str, torch.Tensor], fraction: float, keep_ties: bool = False) -> dict[str, list[int]]:
+    """The global top ``k = floor(fraction * all neurons)`` by score, as sorted neuron indices per MLP.
 
-    Ties go to the earlier MLP (in ``scores`` order), then the lower index.
+    ``keep_ties=False``: exactly ``k``, ties to the earlier MLP (in ``scores`` order), then the lower
+    index. ``keep_ties=True`` (the released rule): every neuron scoring at least the ``k``-th
+    largest score, so ties at that threshold select more than ``k``.
     """
     if not 0 < fraction < 1:
         raise PruningError(f"The Selective Pruning fraction must be in (0, 1), got {fraction}")
     names = list(scores)
-    flat = torch.cat([scores[n].double().cpu() for n in names])
+    flat = torch.cat([scores[n].cpu() for n in names])
     k = math.floor(fraction * flat.numel())
     if k < 1:
         raise PruningError(f"fraction {fraction} of {flat.numel()} neurons removes none; use at least "
                            f"{1 / flat.numel():.2g}.")
-    return _chosen_from(flat.argsort(descending=True, stable=True)[:k], scores)
+    if keep_ties:
+        threshold = flat.topk(k).values.min()
+        return {n: (scores[n].cpu() >= threshold).nonzero().flatten().tolist() for n in names}
+    return _chosen_from(flat.double().argsort(descending=True, stable=True)[:k], scores)
 
 
 def neuron_sq_norms(blocks: dict[str, nn.Module]) -> dict[str, torch.Tensor]:
@@ -426,39 +477,41 @@ def remove_neurons(blocks: dict[str, nn.Module], chosen: dict[str, list[int]]) -
 
 
 def selective_prune(model: nn.Module, tokenizer: Any, forget: Sequence[dict], retain: Sequence[dict],
-                    fraction: float = 0.05, variant: str = "down_in", config: Any = None,
-                    eps: float = EPS, target_l2: float | None = None) -> dict:
+                    fraction: float = 0.05, variant: str = "released", config: Any = None,
+                    eps: float | None = None, target_l2: float | None = None) -> dict:
     """Selective Pruning in place: score neurons on forget over retain text, remove the global top fraction.
 
     Args:
         forget, retain: TOFU records (``question``, ``answer``).
-        fraction: share of all MLP neurons removed (one global top over every layer).
-        variant: ``down_in`` (score the input of ``down_proj``, default) or ``up`` (the output of
-            ``up_proj``, the paper's released baseline).
-        config: a :class:`frag_utils.calibration.CalibConfig` for the text (default: its defaults).
+        fraction: share of all MLP neurons in the budget (one global top over every layer).
+        variant: ``released`` (the authors' baseline, default) or ``down_in`` (module docstring).
+        config: a :class:`frag_utils.calibration.CalibConfig` for the text (default:
+            :func:`sp_calib_config` of the variant).
+        eps: the score's stabiliser (default: the variant's, :data:`SP_EPS`).
         target_l2: instead of ``fraction``, remove as many top-scored neurons as bring the update's
             ``||W_u - W_0||`` closest to this value (:func:`sp_select_l2`; the matched-update-norm control).
     Returns:
-        The record: settings, neurons in total and removed, the removed indices per MLP, and the
-        update norm ``l2`` the removal adds.
+        The record: settings, neurons in total, in the budget and removed, the removed indices per
+        MLP, the update norm ``l2`` the removal adds, and the sequences and tokens each split ran.
     Raises:
         PruningError: no gated MLP, fraction outside (0, 1), empty data, an unknown variant.
     """
-    from .calibration import CalibConfig, select_records
-
-    config = config or CalibConfig()
-    if variant not in SP_VARIANTS:
-        raise PruningError(f"Unknown Selective Pruning variant {variant!r}; choose 'down_in' or 'up'.")
+    _check_sp_variant(variant)
+    config = config or sp_calib_config(variant)
+    eps = SP_EPS[variant] if eps is None else eps
     if not 0 < fraction < 1:
         raise PruningError(f"The Selective Pruning fraction must be in (0, 1), got {fraction}")
     for role, recs in (("forget", forget), ("retain", retain)):
         if len(recs) == 0:
             raise PruningError(f"Selective Pruning needs forget and retain text: the {role} split is empty.")
     blocks = mlp_blocks(model)
-    scores = sp_scores(neuron_activations(model, tokenizer, forget, config, variant),
-                       neuron_activations(model, tokenizer, retain, config, variant), eps)
+    released = variant == "released"
+    (act_f, used_f), (act_r, used_r) = (neuron_activations(model, tokenizer, recs, config, variant)
+                                        for recs in (forget, retain))
+    scores = sp_scores(act_f, act_r, eps, torch.float32 if released else torch.float64)
     sq_norms = neuron_sq_norms(blocks)
-    chosen = sp_select(scores, fraction) if target_l2 is None else sp_select_l2(scores, sq_norms, target_l2)
+    chosen = (sp_select(scores, fraction, keep_ties=released) if target_l2 is None
+              else sp_select_l2(scores, sq_norms, target_l2))
     removed = remove_neurons(blocks, chosen)
     n_total = sum(s.numel() for s in scores.values())
     requested = sum(len(v) for v in chosen.values())
@@ -466,10 +519,11 @@ def selective_prune(model: nn.Module, tokenizer: Any, forget: Sequence[dict], re
         fraction = requested / n_total
     l2 = math.sqrt(sum(float(sq_norms[k][v].sum()) for k, v in removed.items() if v))
     return {"method": "sp", "variant": variant, "fraction": fraction, "eps": eps, "n_neurons": n_total,
-            "n_removed": sum(len(v) for v in removed.values()), "requested": requested,
-            "target_l2": target_l2, "l2": l2,
+            "budget": math.floor(fraction * n_total), "n_removed": sum(len(v) for v in removed.values()),
+            "requested": requested, "target_l2": target_l2, "l2": l2,
             "removed_per_mlp": {k: len(v) for k, v in removed.items()}, "removed": removed,
-            "n_forget_used": len(select_records(forget, config)), "n_retain_used": len(select_records(retain, config))}
+            "n_forget_used": used_f["sequences"], "n_retain_used": used_r["sequences"],
+            "forget_tokens": used_f["tokens"], "retain_tokens": used_r["tokens"]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -480,7 +534,8 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
                      retain_split: str | None = None, method: str = "frp", sparsity: float | None = None,
                      beta: float = 0.05, lam: float = DEFAULT_LAM, variant: str | None = None,
                      veto: float = DEFAULT_VETO, scope: str = "mlp", calib: Any = None, device: str = "cpu",
-                     use_cache: bool = True, target_l2: float | None = None, weights: str = "fp32") -> dict:
+                     use_cache: bool = True, target_l2: float | None = None, weights: str = "fp32",
+                     precision: str = "fp32") -> dict:
     """Load a model, calibrate on forget/retain text, prune with FRP or SP, check, and save.
 
     Args:
@@ -492,14 +547,21 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
         beta, lam, veto, scope: FRP only (``eq6``'s retain-rank weight, magnitude-rank weight,
             the released variant's veto fraction P, modules pruned).
         variant: FRP ``released`` (default, the authors' code) | ``eq6`` | an ablation rule;
-            SP ``down_in`` (default) | ``up``.
-        calib: a :class:`frag_utils.calibration.CalibConfig` (default: 400 sequences of 256 tokens,
-            the paper's setting); fewer records than ``n`` means all are used, and the record says how many.
+            SP ``released`` (default, the authors' baseline) | ``down_in``.
+        calib: a :class:`frag_utils.calibration.CalibConfig` (default: FRP and SP ``down_in`` 400
+            sequences of 256 tokens, the paper's setting; SP ``released`` :func:`sp_calib_config`);
+            fewer records than ``n`` means all are used, and the record says how many.
         target_l2: SP only: remove neurons until the update norm is closest to this value
             (``sparsity`` is then ignored and the achieved fraction is recorded).
         weights: ``fp32``, or ``bf16``: the original is rounded to bf16 when loaded, as the
             authors load it (``--dtype bf16``), so the pruned checkpoint is bf16-representable
             and differs from that rounded original in pruned entries only.
+        precision: the dtype the model is loaded and run in to calibrate (FRP's norms, SP's
+            activations) and whose weights are scored, as the authors' ``--dtype``: ``fp32`` (their
+            default; ``scripts/unlearn_baselines.sh`` method RC, the FRP of Tables 1 and 3) or
+            ``bf16`` (``scripts/frp_tofu.sh``, the FRP-RV rows; ``selective_pruning.py`` always).
+            ``bf16`` rounds the weights, so it needs ``weights="bf16"``; on the CPU it runs on the
+            CPU's own bf16 kernels.
     Returns:
         The record written next to the checkpoint: settings, model and data ids, calibration
         counts, achieved sparsity per module (FRP) or removed neurons per MLP (SP), provenance.
@@ -530,10 +592,17 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
     if veto and not (method == "frp" and variant == "released"):
         raise PruningError(f"veto (P) is the released FRP variant's retain veto; "
                            f"{method} {variant!r} has none: set it to 0.")
+    from . import numerics
     from .numerics import check_weights, round_to_bf16_
 
     check_weights(weights)
-    calib = calib or calibration.CalibConfig(n=400, max_len=256)
+    if precision not in PRECISIONS:
+        raise PruningError(f"precision must be one of {PRECISIONS}, got {precision!r}.")
+    if precision == "bf16" and weights != "bf16":
+        raise PruningError("precision 'bf16' loads the model in bf16, which rounds its weights (as the authors' "
+                           "--dtype bf16 does): set weights to 'bf16' as well.")
+    load_dtype = numerics.resolve_dtype(precision, device)
+    calib = calib or (sp_calib_config(variant) if method == "sp" else calibration.CalibConfig(n=400, max_len=256))
     retain_split = retain_split or data.matching_retain(forget_split)
     if not forget_split.startswith("forget") or retain_split == forget_split or retain_split.startswith("forget"):
         raise PruningError(f"Prune what is forgotten against what is kept: the forget split must be a forgetXX "
@@ -541,13 +610,12 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
                            f"'{retain_split}'; e.g. forget10 with retain90).")
     forget = data.load_split(data_source, forget_split)
     retain = data.load_split(data_source, retain_split)
-    # bf16 storage: on a GPU loaded in bf16 and calibrated in it, as the authors prune (--dtype bf16);
-    # on the CPU rounded to bf16 and calibrated in fp32 (as CPU runs compute)
-    on_gpu = not str(device).startswith("cpu")
-    load_dtype = torch.bfloat16 if weights == "bf16" and on_gpu else torch.float32
     model, tokenizer = models.load_model(model_id, device=device, dtype=load_dtype)
-    rounded = round_to_bf16_(model.parameters()) if weights == "bf16" and not on_gpu else 0
-    settings = {"method": method, "variant": variant, "sparsity": sparsity, "weights": weights}
+    # bf16 storage at fp32 precision: the original rounded to bf16, then calibrated in fp32 (as RC
+    # prunes OpenUnlearning's bf16 checkpoints loaded with --dtype fp32)
+    rounded = round_to_bf16_(model.parameters()) if weights == "bf16" else 0
+    settings = {"method": method, "variant": variant, "sparsity": sparsity, "weights": weights,
+                "precision": precision}
     if method == "frp":
         modules = calibration.select_modules(model, scope)
         too_narrow = sorted({m.in_features for m in modules.values() if math.floor(sparsity * m.in_features) < 1})

@@ -122,13 +122,15 @@ def steps_per_epoch(n_examples: int, config: TrainConfig, devices: int | None = 
 
 def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: TrainConfig, work_dir: str | Path,
                  trainer_cls: type | None = None, collator: Callable | None = None, optim_args: str | None = None,
-                 save_steps: int = 0, **trainer_kwargs) -> Any:
+                 save_steps: int = 0, count_tokens: bool = False, **trainer_kwargs) -> Any:
     """A ``Trainer`` for ``dataset`` with ``config``; ``trainer_cls`` may override ``compute_loss``.
 
     Checkpoints (weights and optimizer state) are saved to ``work_dir`` at every epoch end (every
     ``save_steps`` optimizer steps instead when it is positive), the newest one kept, so an
     interrupted run resumes where it stopped. ``optim_args`` is passed to the optimizer as
-    ``TrainingArguments.optim_args`` (e.g. ``"momentum=0.9"`` for SGD).
+    ``TrainingArguments.optim_args`` (e.g. ``"momentum=0.9"`` for SGD). ``count_tokens``: the
+    trainer counts the non-padding tokens it trains on (``state.num_input_tokens_seen``; batches
+    with an ``attention_mask``).
     """
     from transformers import Trainer, TrainingArguments
 
@@ -153,7 +155,7 @@ def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: TrainConf
         save_strategy="steps" if save_steps > 0 else "epoch", save_steps=save_steps if save_steps > 0 else 500,
         optim_args=optim_args, save_total_limit=1, report_to="none", disable_tqdm=not progress_enabled(),
         log_level="info" if progress_enabled() else "error", remove_unused_columns=False,
-        dataloader_num_workers=0,
+        dataloader_num_workers=0, include_num_input_tokens_seen="non_padding" if count_tokens else "no",
     )
     pad = tokenizer.pad_token_id
     trainer = (trainer_cls or Trainer)(

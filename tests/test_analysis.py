@@ -126,3 +126,25 @@ def test_paper_table3_takes_one_main_checkpoint_per_method_and_split_without_ga(
     assert by.loc[("w/o FRP", "l2_all"), "rho"] == pytest.approx(slow)
     with pytest.raises(ValueError, match="More than one main checkpoint"):
         A.paper_table3_checkpoints(df, main | {"npo_forget10_sweep"})
+
+
+def test_authors_table3_holds_each_sources_numbers_and_they_agree_but_for_one_cell():
+    t = A.authors_table3()
+    assert not t.duplicated(["scale", "subset", "predictor", "source"]).any()
+    assert t.rho.between(-1, 1).all() and set(t.subset) == {"all", "w/o FRP"}
+    assert (t.n == t.scale.map({"1B": 15, "3B": 15, "pooled": 30}) * t.subset.map({"all": 1, "w/o FRP": 0.8})).all()
+    at = t.set_index(["scale", "subset", "predictor", "source"]).rho
+    paper, reproduce = "paper Table 3", "REPRODUCE.md Table 3 section (table)"
+    # the reading of the sources: pooled, all (w/o FRP)
+    for predictor, rho_all, rho_without in (("l2", -0.36, -0.10), ("frag_gap", -0.60, -0.31),
+                                            ("cos_f", -0.76, -0.67), ("frag_printed", -0.78, -0.74)):
+        assert (at[("pooled", "all", predictor, reproduce)], at[("pooled", "w/o FRP", predictor, reproduce)]) == \
+            (rho_all, rho_without)
+    assert (at[("pooled", "all", "frag_printed", paper)], at[("pooled", "w/o FRP", "frag_printed", paper)]) == \
+        (-0.78, -0.74)
+    assert (at[("1B", "w/o FRP", "frag_gap", reproduce)], at[("1B", "w/o FRP", "l2", reproduce)]) == (-0.34, -0.36)
+    assert at[("pooled", "all", "cos_r", "REPRODUCE.md Table 3 section (text)")] == -0.68
+    # where two sources give the same cell they agree, except the 3B L2 over all checkpoints
+    spread = t.groupby(["scale", "subset", "predictor"]).rho.agg(lambda r: r.max() - r.min())
+    assert spread[spread > 0].index.tolist() == [("3B", "all", "l2")]
+    assert (at[("3B", "all", "l2", paper)], at[("3B", "all", "l2", reproduce)]) == (-0.17, -0.16)

@@ -1,4 +1,5 @@
 import copy
+import math
 from collections import Counter
 
 import pytest
@@ -6,7 +7,7 @@ import torch
 from transformers import TrainerCallback
 
 from frag_utils import attacks as A
-from frag_utils import data, metrics, models, numerics, train
+from frag_utils import data, metrics, models, numerics, prompts, train
 from frag_utils import unlearn as U
 
 # Large steps on the tiny model so that a few of them move it visibly.
@@ -126,6 +127,53 @@ def test_forget_attack_raises_lowered_forget_es(tokenizer, forget, unlearned, tm
     assert summary["global_steps"] == 3 * summary["steps_per_epoch"] == 3 * 2
 
 
+def _direct_schedule(peak, warmup, total):
+    """The learning rate of each optimizer step under transformers' own linear schedule, stepped by hand."""
+    from transformers import get_linear_schedule_with_warmup
+
+    opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=peak)
+    schedule = get_linear_schedule_with_warmup(opt, num_warmup_steps=warmup, num_training_steps=total)
+    out = []
+    for _ in range(total):
+        out.append(opt.param_groups[0]["lr"])
+        opt.step()
+        schedule.step()
+    return out
+
+
+def test_attack_records_the_schedule_it_applied(tokenizer, unlearned, tmp_path):
+    """The reference schedule (one epoch, warmup over that whole epoch): the rate each step applied,
+    read off the optimizer, is transformers' linear warmup (0, peak/T, ..., peak (T-1)/T); peak,
+    mean, steps and non-padding tokens match direct counts."""
+    records = A.attack_records("synthetic", "forget10", "forget_retain")[:40]
+    cfg = A.AttackConfig(data="forget_retain", lr=1e-3, batch_size=4, grad_accum=2, seed=0)  # warmup 1 epoch
+    _, summary = A.relearn(copy.deepcopy(unlearned[1]).requires_grad_(True), tokenizer, records, cfg, tmp_path)
+    total = math.ceil(math.ceil(40 / 4) / 2)  # 10 batches, 2 per optimizer step
+    assert summary["global_steps"] == total == 5
+    expected = _direct_schedule(cfg.lr, warmup=total, total=total)
+    assert expected == pytest.approx([cfg.lr * k / total for k in range(total)], rel=1e-12)  # the whole run warms up
+    assert summary["lr_per_step"] == pytest.approx(expected, rel=1e-12, abs=0)
+    assert summary["lr_peak"] == pytest.approx(cfg.lr * 4 / 5) and summary["lr_mean"] == pytest.approx(cfg.lr * 2 / 5)
+    tokens = sum(min(len(prompts.encode_qa(tokenizer, r["question"], r["answer"], True)["input_ids"]), cfg.max_len)
+                 for r in records)
+    assert summary["tokens_seen"] == tokens
+    assert not summary["few_steps"] and summary["few_steps_warning"] is None
+    assert A.FEW_STEPS == 5
+
+
+def test_an_attack_of_few_steps_says_so_and_a_no_op_attack_is_refused(tokenizer, unlearned, tmp_path):
+    records = A._qa(data.load_split("synthetic", "forget10"))[:8]
+    two = A.AttackConfig(data="forget", lr=1e-3, batch_size=4, grad_accum=1, seed=0)  # 2 steps: lr 0, then peak/2
+    _, summary = A.relearn(copy.deepcopy(unlearned[1]).requires_grad_(True), tokenizer, records, two, tmp_path / "a")
+    assert summary["global_steps"] == 2 and summary["lr_per_step"] == pytest.approx([0.0, 5e-4])
+    assert summary["few_steps"] and "only 2 optimizer step(s), fewer than 5" in summary["few_steps_warning"]
+    # one step of effective batch 32 over 8 records: warmup over that one step applies lr 0, and AdamW
+    # at lr 0 moves nothing (its weight decay is scaled by the rate too)
+    one = A.AttackConfig(data="forget", lr=1e-3, batch_size=8, grad_accum=4, seed=0)
+    with pytest.raises(RuntimeError, match="an attack here must never be a silent no-op"):
+        A.relearn(copy.deepcopy(unlearned[1]).requires_grad_(True), tokenizer, records, one, tmp_path / "b")
+
+
 class _Interrupt(TrainerCallback):
     def __init__(self, at_step):
         self.at_step = at_step
@@ -162,6 +210,9 @@ def test_interrupted_attack_resumes_from_its_last_saved_state(tokenizer, forget,
         assert summary["epochs"][epoch]["es"] == pytest.approx(whole_summary["epochs"][epoch]["es"], abs=1e-6)
     for (name, a), (_, b) in zip(whole.named_parameters(), resumed.named_parameters()):
         assert torch.allclose(a, b, atol=1e-6), name
+    # the schedule's record covers the steps before the interruption too
+    assert summary["lr_per_step"] == whole_summary["lr_per_step"] and len(summary["lr_per_step"]) == 8
+    assert summary["tokens_seen"] == whole_summary["tokens_seen"] > 0
 
 
 def test_a_run_killed_while_evaluating_an_epoch_evaluates_it_on_resume(tokenizer, forget, unlearned, tmp_path):

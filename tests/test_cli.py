@@ -10,7 +10,7 @@ import torch
 from frag_utils import calibration, cli, data, models, paths, pruning, runs
 from frag_utils.calibration import CalibConfig
 
-from test_pruning import _sp_by_hand, check_frp_rows
+from test_pruning import check_frp_rows, released_sp_by_hand
 from test_runs import fake_grid  # noqa: F401  (a fixture: a small grid run by a fake papermill)
 
 
@@ -86,15 +86,15 @@ def test_prune_frp_writes_checkpoint_and_record_that_match(tmp_path, tiny, token
 
 def test_prune_sp_removes_the_neurons_its_record_names(tmp_path, tiny, tokenizer):
     out_dir = tmp_path / "sp"
-    out = _prune(tmp_path, "--model", "tiny", "--method", "sp", "--variant", "up", "--n-calib", "6",
+    out = _prune(tmp_path, "--model", "tiny", "--method", "sp", "--variant", "released", "--n-calib", "6",
                  "--max-len", "40", "--out", str(out_dir))
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
     assert summary["sparsity"] == 0.05 and summary["n_removed"] == summary["requested"] == math.floor(0.05 * 256)
     record = models.load_record(out_dir)
-    _, expected = _sp_by_hand(tiny, tokenizer, data.load_split("synthetic", "forget10"),
-                              data.load_split("synthetic", "retain90"), CalibConfig(n=6, max_len=40), 0.05, "up")
-    assert record["removed"] == expected and record["variant"] == "up"
+    _, expected, _ = released_sp_by_hand(tiny, tokenizer, data.load_split("synthetic", "forget10"),
+                                         data.load_split("synthetic", "retain90"), 0.05, n=6, max_len=40)
+    assert record["removed"] == expected and record["variant"] == "released"
     pruned, _ = models.load_model(str(out_dir))
     assert pruning.removed_neurons(pruning.mlp_blocks(pruned)) == expected
     w0, w1 = tiny.state_dict(), pruned.state_dict()
@@ -107,7 +107,8 @@ def test_prune_bad_input_is_one_clear_line(tmp_path, capsys):
                       (["--method", "frp", "--sparsity", "abc"], "'abc' is not a number"),
                       (["--method", "wanda"], "invalid choice: 'wanda'"),
                       (["--method", "sp", "--n-calib", "0"], "--n-calib: must be at least 1"),
-                      (["--method", "frp", "--variant", "up"], "Variant 'up' does not belong to method 'frp'"),
+                      (["--method", "frp", "--variant", "down_in"],
+                       "Variant 'down_in' does not belong to method 'frp'"),
                       (["--method", "frp", "--sparsity", "0.001"], "prunes no entry of rows of width 64"),
                       (["--method", "sp", "--forget-split", "forget11"], "Unknown config 'forget11'"),
                       (["--method", "sp", "--model", "./missing_dir"], "does not exist"),

@@ -1,3 +1,4 @@
+import copy
 import math
 
 import numpy as np
@@ -298,9 +299,9 @@ def test_already_zero_entries_count_as_pruned_and_measurement_is_checked():
 
 
 @torch.no_grad()
-def _sp_by_hand(model, tokenizer, forget, retain, cfg, fraction, variant):
-    """Mean |activation| per neuron from each record alone (no padding), the MLP recomputed by hand
-    from its input; scores and the global top set by a plain sort."""
+def _sp_by_hand(model, tokenizer, forget, retain, cfg, fraction):
+    """down_in: mean |act(gate(x)) * up(x)| per neuron from each record alone (no padding), the MLP
+    recomputed by hand from its input; scores and the global top set by a plain sort."""
     blocks = {n: m for n, m in model.named_modules() if n.endswith(".mlp")}
     acts = {}
     for role, recs in (("forget", forget), ("retain", retain)):
@@ -316,7 +317,7 @@ def _sp_by_hand(model, tokenizer, forget, retain, cfg, fraction, variant):
         for n, b in blocks.items():
             x = torch.cat(xs[n])  # [all tokens, d_model]
             up = x @ b.up_proj.weight.double().T
-            a = up if variant == "up" else F.silu(x @ b.gate_proj.weight.double().T) * up
+            a = F.silu(x @ b.gate_proj.weight.double().T) * up
             acts[role][n] = a.abs().mean(dim=0)
     scores = [(float(acts["forget"][n][j] / (acts["retain"][n][j] + 1e-6)), n, j)
               for n in blocks for j in range(acts["forget"][n].numel())]
@@ -327,12 +328,13 @@ def _sp_by_hand(model, tokenizer, forget, retain, cfg, fraction, variant):
     return acts, {n: sorted(v) for n, v in chosen.items()}
 
 
-@pytest.mark.parametrize("variant", ["down_in", "up"])
-def test_selective_pruning_removes_exactly_the_chosen_neurons(tiny, tokenizer, variant):
+def test_selective_pruning_down_in_removes_exactly_the_chosen_neurons(tiny, tokenizer):
     forget, retain = data.load_split("synthetic", "forget10"), data.load_split("synthetic", "retain90")
     cfg = CalibConfig(n=7, max_len=48, batch_size=3)  # batches of 3 unequal lengths: padding present
-    acts, expected = _sp_by_hand(tiny, tokenizer, forget, retain, cfg, 0.05, variant)
-    got = pruning.neuron_activations(tiny, tokenizer, forget, cfg, variant)
+    variant = "down_in"
+    acts, expected = _sp_by_hand(tiny, tokenizer, forget, retain, cfg, 0.05)
+    got, used = pruning.neuron_activations(tiny, tokenizer, forget, cfg, variant)
+    assert used["sequences"] == 7
     assert all(torch.allclose(got[n].double(), acts["forget"][n], rtol=1e-4, atol=1e-7) for n in got)
     before = {k: v.clone() for k, v in tiny.state_dict().items()}
     probe = collate([{"input_ids": e["input_ids"]} for e in calibration.encode_calibration(
@@ -378,6 +380,116 @@ def test_selective_pruning_removes_exactly_the_chosen_neurons(tiny, tokenizer, v
             h.remove()
 
 
+@torch.no_grad()
+def released_sp_by_hand(model, tokenizer, forget, retain, fraction, n=500, max_len=256, max_tokens=50_000):
+    """baselines/selective_pruning.py --scoring activation_ratio as released, written out on its own:
+    the first ``n`` records as "Question: q\nAnswer: a" tokenized with truncation at ``max_len``
+    (frp/data.py), the whole model run on one sequence at a time, a hook on each layer's up_proj
+    adding the sequence's sum of |output| (in the output's dtype) to a float32 total and counting its
+    tokens, stopping once ``max_tokens`` tokens have been run; each neuron's score f / (r + 1e-5) in
+    float32; the threshold is the k-th largest score over all layers (k = int(fraction * n_neurons)),
+    and each neuron is chosen or not by comparing its own score with it.
+
+    Returns ``(threshold, {MLP name: chosen indices}, {role: sequences run})``.
+    """
+    layers = model.model.layers
+
+    def collect(recs):
+        sums = [torch.zeros(layer.mlp.up_proj.out_features, dtype=torch.float32) for layer in layers]
+        count, tokens_seen, sequences = [0], 0, 0
+
+        def hook(output, i):
+            act = output.detach().abs()
+            sums[i] += act.reshape(-1, act.shape[-1]).sum(dim=0).float()
+            if i == 0:
+                count[0] += act.shape[0] * act.shape[1]
+
+        handles = [layer.mlp.up_proj.register_forward_hook(lambda m, a, o, i=i: hook(o, i))
+                   for i, layer in enumerate(layers)]
+        for r in recs[:n]:
+            enc = tokenizer(f"Question: {r['question']}\nAnswer: {r['answer']}", return_tensors="pt",
+                            truncation=True, max_length=max_len)
+            model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"])
+            sequences += 1
+            tokens_seen += enc["input_ids"].numel()
+            if tokens_seen >= max_tokens:
+                break
+        for h in handles:
+            h.remove()
+        return [t / count[0] for t in sums], sequences
+
+    means, used = {}, {}
+    for role, recs in (("forget", forget), ("retain", retain)):
+        means[role], used[role] = collect(recs)
+    scores = []  # (score, layer, neuron), one neuron at a time, float32 as theirs
+    for i in range(len(layers)):
+        for j in range(means["forget"][i].numel()):
+            f, r = means["forget"][i][j], means["retain"][i][j]
+            scores.append((float(f / (r + torch.tensor(1e-5, dtype=torch.float32))), i, j))
+    k = int(fraction * len(scores))
+    threshold = sorted((s for s, _, _ in scores), reverse=True)[k - 1]
+    chosen = {f"model.layers.{i}.mlp": [] for i in range(len(layers))}
+    for score, i, j in scores:
+        if score >= threshold:
+            chosen[f"model.layers.{i}.mlp"].append(j)
+    return threshold, chosen, used
+
+
+@pytest.mark.parametrize("max_tokens", [50_000, 900])
+def test_released_selective_pruning_is_the_authors_baseline(tiny, tokenizer, monkeypatch, max_tokens):
+    """Against the independent transcription above, on the tiny random Llama: the same neurons
+    zeroed (gate/up rows, down column), the same sequences run; at 900 tokens the budget binds."""
+    monkeypatch.setitem(pruning.SP_RELEASED, "max_tokens", max_tokens)
+    forget, retain = data.load_split("synthetic", "forget10"), data.load_split("synthetic", "retain90")
+    threshold, expected, used = released_sp_by_hand(tiny, tokenizer, forget, retain, 0.05, max_tokens=max_tokens)
+    before = {k: v.clone() for k, v in tiny.state_dict().items()}
+    rec = pruning.selective_prune(tiny, tokenizer, forget, retain, fraction=0.05)  # the defaults: released
+    assert rec["variant"] == "released" and rec["eps"] == 1e-5
+    assert rec["removed"] == expected and rec["n_removed"] == rec["requested"] == rec["budget"] == 12
+    assert (rec["n_forget_used"], rec["n_retain_used"]) == (used["forget"], used["retain"])
+    if max_tokens < 50_000:  # the token budget cut both splits short of their records
+        assert used["forget"] < len(forget) and used["retain"] < len(retain) and rec["forget_tokens"] >= 900
+    else:
+        assert used == {"forget": len(forget), "retain": len(retain)}
+    after = tiny.state_dict()
+    for name, idx in expected.items():
+        others = [j for j in range(128) if j not in idx]
+        for proj in ("gate_proj", "up_proj"):
+            w0, w1 = before[f"{name}.{proj}.weight"], after[f"{name}.{proj}.weight"]
+            assert (w1[idx] == 0).all() and torch.equal(w1[others], w0[others])
+        w0, w1 = before[f"{name}.down_proj.weight"], after[f"{name}.down_proj.weight"]
+        assert (w1[:, idx] == 0).all() and torch.equal(w1[:, others], w0[:, others])
+    assert all(torch.equal(before[k], after[k]) for k in before if ".mlp." not in k)
+    assert threshold > 0
+
+
+def test_released_selective_pruning_removes_every_neuron_tied_at_the_threshold(tiny, tokenizer):
+    """Neurons whose up_proj row is zero score exactly 0. With the budget's edge among them, the
+    released rule (>= the k-th largest score) removes all of them, more than the budget, as the
+    slow transcription does; down_in removes exactly the budget."""
+    forget = data.load_split("synthetic", "forget10", limit=6)
+    retain = data.load_split("synthetic", "retain90", limit=6)
+    with torch.no_grad():
+        tiny.model.layers[0].mlp.up_proj.weight[:10] = 0.0
+    fraction = 250.5 / 256  # k = 250: the threshold falls among the ten zero scores
+    before = {k: v.clone() for k, v in tiny.state_dict().items()}
+    threshold, expected, _ = released_sp_by_hand(tiny, tokenizer, forget, retain, fraction)
+    assert threshold == 0.0 and sum(len(v) for v in expected.values()) == 256
+    rec = pruning.selective_prune(tiny, tokenizer, forget, retain, fraction=fraction)
+    assert rec["budget"] == 250 and rec["requested"] == rec["n_removed"] == 256 and rec["removed"] == expected
+    tiny.load_state_dict(before)
+    rec = pruning.selective_prune(tiny, tokenizer, forget, retain, fraction=fraction, variant="down_in",
+                                  config=CalibConfig(n=6, max_len=256))
+    assert rec["budget"] == rec["n_removed"] == 250
+
+
+def test_sp_select_keeps_ties_only_in_the_released_rule():
+    scores = {"a": torch.tensor([3.0, 1.0, 2.0]), "b": torch.tensor([3.0, 0.5])}
+    assert pruning.sp_select(scores, 0.2, keep_ties=True) == {"a": [0], "b": [0]}  # k = 1, two at 3.0
+    assert pruning.sp_select(scores, 0.2) == {"a": [0], "b": []}  # exactly k, the earlier MLP first
+    assert pruning.sp_select(scores, 0.6, keep_ties=True) == {"a": [0, 2], "b": [0]}  # k = 3: no tie at 2.0
+
+
 def test_selective_pruning_bad_inputs(tiny, tokenizer):
     forget = data.load_split("synthetic", "forget10", limit=2)
     cfg = CalibConfig(n=2, max_len=16)
@@ -404,8 +516,10 @@ def test_selective_pruning_bad_inputs(tiny, tokenizer):
 
 def test_prune_checkpoint_refuses_bad_settings_before_loading(tmp_path):
     for kwargs, msg in (({"method": "wanda"}, "Unknown pruning method"),
-                        ({"method": "frp", "variant": "up"}, "does not belong"),
-                        ({"method": "sp", "variant": "released"}, "does not belong"),
+                        ({"method": "frp", "variant": "down_in"}, "does not belong"),
+                        ({"method": "sp", "variant": "eq6"}, "does not belong"),
+                        ({"method": "frp", "precision": "fp16"}, "precision must be one of"),
+                        ({"method": "frp", "precision": "bf16"}, "set weights to 'bf16'"),
                         ({"method": "sp", "sparsity": 1.0}, r"sparsity must be in \(0, 1\)"),
                         ({"method": "frp", "lam": math.inf}, "finite")):
         with pytest.raises(pruning.PruningError, match=msg):
@@ -456,7 +570,7 @@ def test_selective_pruning_to_an_update_norm_takes_the_closest_prefix_of_the_sco
     cfg = CalibConfig(n=7, max_len=48, batch_size=3)
     before = {k: v.clone() for k, v in tiny.state_dict().items()}
     # the score order (as _sp_by_hand ranks), and each neuron's squared norm summed by hand
-    acts, _ = _sp_by_hand(tiny, tokenizer, forget, retain, cfg, 0.05, "down_in")
+    acts, _ = _sp_by_hand(tiny, tokenizer, forget, retain, cfg, 0.05)
     blocks = pruning.mlp_blocks(tiny)
     order = sorted(((float(acts["forget"][n][j] / (acts["retain"][n][j] + 1e-6)), i, j, n)
                     for i, n in enumerate(blocks) for j in range(acts["forget"][n].numel())),
@@ -481,3 +595,71 @@ def test_selective_pruning_to_an_update_norm_takes_the_closest_prefix_of_the_sco
             pruning.selective_prune(tiny, tokenizer, forget, retain, config=cfg, target_l2=bad)
     with pytest.raises(pruning.PruningError, match="Selective Pruning setting"):
         pruning.prune_checkpoint("./does_not_exist", "unused", method="frp", target_l2=1.0)
+
+
+# --- FRP's precision: the dtype calibration runs in ----------------------------------------------
+
+
+def _cpu_bf16_broken() -> bool:
+    """torch 2.13's CPU bf16 matmul fails on an AMX CPU when its kernels are capped at AVX2."""
+    from frag_utils.records import cpu_description
+
+    return torch.backends.cpu.get_cpu_capability() == "AVX2" and "amx_bf16" in cpu_description().get("cpu_flags", [])
+
+
+@torch.no_grad()
+def seq_norms_by_hand(model, tokenizer, records, n, max_len):
+    """Eq. 7 written out as frp/prune.py's collect_input_norms computes it: the model in its own dtype,
+    one "Question: q\\nAnswer: a" sequence per forward, each MLP projection's input taken to float32,
+    its per-channel L2 norm over the sequence's tokens, the mean over sequences."""
+    names = [n_ for n_, m in model.named_modules() if n_.endswith(("gate_proj", "up_proj", "down_proj"))]
+    modules = dict(model.named_modules())
+    total = {name: torch.zeros(modules[name].in_features, dtype=torch.float64) for name in names}
+    seen = {}
+    hooks = [modules[name].register_forward_pre_hook(lambda m, a, name=name: seen.__setitem__(name, a[0]))
+             for name in names]
+    for r in records[:n]:
+        ids = tokenizer(f"Question: {r['question']}\nAnswer: {r['answer']}", truncation=True,
+                        max_length=max_len)["input_ids"]
+        model(input_ids=torch.tensor([ids]))
+        for name in names:
+            x = seen[name][0].float()  # [T, d_in]
+            total[name] += x.pow(2).sum(dim=0).sqrt().double()
+    for h in hooks:
+        h.remove()
+    count = min(n, len(records))
+    return {name: (t / count).float() for name, t in total.items()}
+
+
+RHO = 0.25  # the budget's edge in the middle of the ratio ranking, where bf16 noise can reorder channels
+
+
+@pytest.mark.skipif(_cpu_bf16_broken(), reason="bf16 on this CPU needs kernels above deterministic mode's AVX2 cap")
+def test_frp_precision_is_the_dtype_its_norms_are_computed_in(tmp_path, tokenizer, monkeypatch):
+    """precision fp32 (the authors' RC, Tables 1 and 3) and bf16 (scripts/frp_tofu.sh) on the same
+    bf16 weights: each mask is rank_combo on norms computed directly in that dtype; the bf16 norms
+    are the fp32 ones up to bf16 rounding (measured: up to 0.25 %), and that alone moves part of the
+    mask (measured: 0.2 % of entries at 25 % sparsity; at 3 % this tiny model's masks agree)."""
+    forget, retain = data.load_split("synthetic", "forget10"), data.load_split("synthetic", "retain90")
+    cfg = CalibConfig(n=12, max_len=64, batch_size=1)
+    w_bf16 = models.build_tiny_model(len(tokenizer), seed=0).to(torch.bfloat16)
+    masks, norms = {}, {}
+    for precision, dtype in (("fp32", torch.float32), ("bf16", torch.bfloat16)):
+        record = pruning.prune_checkpoint("tiny", tmp_path / precision, method="frp", calib=cfg, use_cache=False,
+                                          weights="bf16", precision=precision, sparsity=RHO)
+        assert record["precision"] == precision
+        saved = dict(models.load_model(str(tmp_path / precision))[0].named_parameters())
+        model = copy.deepcopy(w_bf16).to(dtype)  # the bf16 weights, run in this precision
+        xf, xr = (seq_norms_by_hand(model, tokenizer, recs, cfg.n, cfg.max_len) for recs in (forget, retain))
+        norms[precision] = xf
+        masks[precision] = {}
+        for name in xf:
+            w0 = w_bf16.get_submodule(name).weight.detach().float()
+            expected, _ = rank_combo_by_hand(w0, xf[name], xr[name], rho=RHO, lam=0.05, veto=0.0)
+            got = (saved[f"{name}.weight"] == 0).numpy()
+            assert np.array_equal(got, expected), (precision, name)
+            masks[precision][name] = got
+    rel = max(float(((norms["bf16"][k] - norms["fp32"][k]).abs() / norms["fp32"][k]).max()) for k in norms["fp32"])
+    assert 0 < rel < 2 ** -5  # bf16 noise (8 bits of mantissa, compounded through the layers)
+    moved = np.mean([(masks["fp32"][k] != masks["bf16"][k]).mean() for k in masks["fp32"]])
+    assert 0 < moved < 0.03
