@@ -120,7 +120,7 @@ def standardised(df: pd.DataFrame, predictors: Sequence[str] = PREDICTORS) -> pd
 # checkpoint per method and forget split at its main setting, the forget+retain attack. GA is left
 # out by name as collapsed; no utility rule. Columns: all, and without FRP.
 PAPER_TABLE3_METHODS = ("graddiff", "npo", "rmu", "sp", "frp")
-PAPER_TABLE3_PREDICTORS = ("l2_all", "FRAG_x100", "A_f_x100")
+PAPER_TABLE3_PREDICTORS = ("l2_all", "FRAG_x100", "A_f_x100", "A_r_x100")
 
 
 def paper_table3_checkpoints(df: pd.DataFrame, main_runs: set[str],
@@ -170,3 +170,27 @@ def authors_table3() -> pd.DataFrame:
     if tuple(table.columns) != AUTHORS_TABLE3:
         raise ValueError(f"authors_table3.csv has columns {list(table.columns)}, expected {list(AUTHORS_TABLE3)}.")
     return table
+
+
+# this repository's predictor columns -> the authors' names for the same quantity
+AUTHORS_PREDICTOR = {"l2_all": "l2", "FRAG_x100": "frag_gap", "A_f_x100": "cos_f", "A_r_x100": "cos_r"}
+
+
+def table3_beside_authors(ours: pd.DataFrame) -> pd.DataFrame:
+    """:func:`paper_table3` with the authors' values beside each row: their own recomputation from
+    their checkpoints per scale and pooled (``authors_1B``, ``authors_3B``, ``authors_pooled``; from
+    ``docs/REPRODUCE.md``, else ``results/table3_spearman.csv``), and the pooled value printed in the
+    paper's Table 3 (``paper_printed``; its FRAG column is cos F alone, so it stands in the FRAG row).
+    """
+    authors = authors_table3()
+    recomputed = authors[~authors.source.str.startswith("paper")].drop_duplicates(["scale", "subset", "predictor"])
+    printed = authors[authors.source.str.startswith("paper") & authors.scale.eq("pooled")]
+    printed = printed.assign(predictor=printed.predictor.replace({"frag_printed": "frag_gap"}))
+    out = ours.copy()
+    name = out.predictor.map(AUTHORS_PREDICTOR)
+    for scale in ("1B", "3B", "pooled"):
+        values = recomputed[recomputed.scale.eq(scale)].set_index(["subset", "predictor"]).rho
+        out[f"authors_{scale}"] = [values.get((s, p), float("nan")) for s, p in zip(out.subset, name)]
+    values = printed.set_index(["subset", "predictor"]).rho
+    out["paper_printed"] = [values.get((s, p), float("nan")) for s, p in zip(out.subset, name)]
+    return out

@@ -53,7 +53,7 @@ def _prune(args: argparse.Namespace) -> dict:
     record = pruning.prune_checkpoint(args.model, args.out, args.data, args.forget_split, args.retain_split,
                                       args.method, args.sparsity, args.beta, args.lam, args.variant, args.veto,
                                       args.modules, calib, args.device, use_cache=not args.no_cache,
-                                      weights=args.weights)
+                                      weights=args.weights, precision=args.precision)
     return {"out": str(args.out), **pruning.prune_summary(record)}
 
 
@@ -239,12 +239,16 @@ def build_parser() -> argparse.ArgumentParser:
                          "--beta is this lambda)")
     pr.add_argument("--variant", default=None, choices=[*FRP_VARIANTS, "paper", *FRP_ABLATION_RULES, *SP_VARIANTS],
                     help="frp: released (the authors' rank_combo, default) or eq6 (Eq. 6 as printed; 'paper' is its "
-                         "old name) or an ablation rule; sp: down_in (down_proj input, default) or up (up_proj output)")
+                         "old name) or an ablation rule; sp: released (the authors' baseline, up_proj output, default) "
+                         "or down_in (down_proj input)")
     pr.add_argument("--veto", type=_veto_fraction, default=DEFAULT_VETO,
                     help="frp released: per-row fraction P by |W| x_r/x_f never pruned (the paper's beta; 0 is plain "
                          "FRP, the 1B 'beta = 0.15' row is 0.15)")
     pr.add_argument("--weights", default="fp32", choices=["fp32", "bf16"],
-                    help="bf16: round the original to bf16 when loaded, as the authors prune (--dtype bf16)")
+                    help="bf16: round the original to bf16 when loaded (OpenUnlearning's bf16 checkpoints)")
+    pr.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="the dtype calibration and scoring run in, as the authors' --dtype: fp32 (their RC path, the "
+                         "FRP of Tables 1 and 3) or bf16 (frp_tofu.sh; needs --weights bf16)")
     pr.add_argument("--modules", default="mlp", choices=["mlp", "attn", "all"], help="frp: modules pruned")
     pr.add_argument("--n-calib", type=_positive_int, default=400,
                     help="calibration sequences per split (all if the split has fewer)")

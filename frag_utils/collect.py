@@ -370,7 +370,8 @@ class Collection:
         main_signatures = {signature(r) for r in self.method_runs if _name(r) in split_names}
         main_runs = split_names | {_name(r) for r in self.method_runs if signature(r) in main_signatures}
         chosen = analysis.paper_table3_checkpoints(checkpoints, main_runs) if len(checkpoints) else checkpoints
-        table = analysis.paper_table3(chosen, n_boot=n_boot) if len(chosen) else pd.DataFrame()
+        table = (analysis.table3_beside_authors(analysis.paper_table3(chosen, n_boot=n_boot)) if len(chosen)
+                 else pd.DataFrame())
         self.sources["table3_paper_protocol"] = self.sources["table3_paper_protocol_checkpoints"] = (
             list(chosen.run) if len(chosen) else [])
         print(f"{len(chosen)} checkpoints (the paper: 5 methods x 3 splits per model); per method and split: "
@@ -391,8 +392,8 @@ class Collection:
         for weights, g in fr.groupby("weights"):
             chosen = analysis.paper_table3_checkpoints(g, main)
             if len(chosen) >= 4:
-                by_precision.append(analysis.paper_table3(chosen, n_boot=n_boot).assign(weights=weights,
-                                                                                        checkpoints=len(chosen)))
+                table = analysis.table3_beside_authors(analysis.paper_table3(chosen, n_boot=n_boot))
+                by_precision.append(table.assign(weights=weights, checkpoints=len(chosen)))
         self.sources["table1"] = self.sources["table1_per_split"] = list(rows.run)
         self.sources["table3_by_precision"] = list(fr[fr.unlearned_run.isin(main)].run)
         print(f"{len(found)} of {len(specs)} runs of 06_attacks.table1.yaml recorded")

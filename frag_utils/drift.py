@@ -102,8 +102,8 @@ def compare(recorded_file: Path, remade_file: Path, tolerance: dict[str, tuple[f
 
 def format_report(run: str, report: dict) -> str:
     """The drift table of one run, as the runner and ``make verify`` print it."""
-    lines = [f"{run}: remade, {report['verdict']} of its record "
-             f"(tolerances: papermill_runs/tolerance.yaml)"]
+    relation = "to" if report["verdict"] == "bit-identical" else "of"
+    lines = [f"{run}: remade, {report['verdict']} {relation} its record (tolerances: papermill_runs/tolerance.yaml)"]
     if report["verdict"] != "bit-identical":
         lines.append(f"  {'metric':<44} {'recorded':>10} {'remade':>10} {'drift':>9} {'tolerance':>9}")
         for r in report["rows"]:

@@ -152,7 +152,10 @@ def _frp(*variants: str):
 APPLIES = {
     "05_unlearn": {
         "gold": _methods("gold"),
-        "sparsity": _methods("frp", "sp"), "prune_n_calib": _methods("frp", "sp"),
+        "sparsity": _methods("frp", "sp"), "prune_precision": _methods("frp", "sp"),
+        # SP as released calibrates on its own 500 sequences
+        "prune_n_calib": lambda p: p.get("method") == "frp" or (p.get("method") == "sp"
+                                                                 and p.get("sp_variant") != "released"),
         "frp_variant": _methods("frp"), "frp_lam": _frp("released", "eq6", "paper"),
         "frp_veto": _frp("released"), "frp_beta": _frp("eq6", "paper"),
         "sp_variant": _methods("sp"), "match_l2_run": _methods("sp"),

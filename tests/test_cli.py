@@ -182,7 +182,7 @@ def test_verify_passes_within_tolerance_and_fails_outside_it_in_one_line(fake_gr
     runs.run_grid([s for s in runs.grid("t") if s.notebook.stem == "02_target_and_gold"])
     capsys.readouterr()
     assert _main("verify", "02_target_and_gold/t", "--workdir", str(tmp_path / "v1")) == 0
-    assert "02_target_and_gold/t: remade, bit-identical of its record" in capsys.readouterr().out
+    assert "02_target_and_gold/t: remade, bit-identical to its record" in capsys.readouterr().out
     fake_grid["target_es"] = 0.8  # another machine's training
     assert _main("verify", "02_target_and_gold/t", "--workdir", str(tmp_path / "v2")) == 2
     captured = capsys.readouterr()
