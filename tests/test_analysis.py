@@ -112,7 +112,7 @@ def test_paper_table3_takes_one_main_checkpoint_per_method_and_split_without_ga(
             for setting in ("main", "sweep"):
                 rows.append({"method": method, "forget_split": split, "unlearned_run": f"{method}_{split}_{setting}",
                              "delta_es": len(rows) % 7 / 10, "l2_all": len(rows) % 5, "FRAG_x100": len(rows) % 3,
-                             "A_f_x100": len(rows) % 4})
+                             "A_f_x100": len(rows) % 4, "A_r_x100": len(rows) % 6})
     df = pd.DataFrame(rows)
     main = {r for r in df.unlearned_run if r.endswith("_main")}
     chosen = A.paper_table3_checkpoints(df, main)
@@ -126,6 +126,14 @@ def test_paper_table3_takes_one_main_checkpoint_per_method_and_split_without_ga(
     assert by.loc[("w/o FRP", "l2_all"), "rho"] == pytest.approx(slow)
     with pytest.raises(ValueError, match="More than one main checkpoint"):
         A.paper_table3_checkpoints(df, main | {"npo_forget10_sweep"})
+    # the authors' values beside each row, typed from their sources (data/reference/authors_table3.csv)
+    beside = A.table3_beside_authors(table).set_index(["subset", "predictor"])
+    assert beside.loc[("all", "FRAG_x100"), "authors_pooled"] == -0.60  # the Eq. 5 gap, recomputed
+    assert beside.loc[("all", "FRAG_x100"), "paper_printed"] == -0.78  # printed: cos F alone
+    assert beside.loc[("w/o FRP", "l2_all"), "authors_1B"] == -0.36
+    assert beside.loc[("all", "A_r_x100"), "authors_pooled"] == -0.68 and np.isnan(beside.loc[("all", "A_r_x100"),
+                                                                                               "paper_printed"])
+    assert beside.loc[("all", "l2_all"), "rho"] == by.loc[("all", "l2_all"), "rho"]  # this repository's own, kept
 
 
 def test_authors_table3_holds_each_sources_numbers_and_they_agree_but_for_one_cell():
