@@ -28,8 +28,12 @@ test: lint test-package test-notebooks
 lint: $(STAMP)
 	$(PY) -m ruff check frag_utils tests bench scripts
 
+# two workers of one thread each (pytest-xdist): a third faster on 2 cores than one worker of two
+# threads, as many tests wait on kernels and processes. The embedded model's safetensors copy is
+# made first, so that the workers do not both make it.
 test-package: $(STAMP)
-	$(PY) -m pytest tests/ -q
+	$(PY) -c "from frag_utils import models; models.load_tokenizer(models.SMOLLM2)"
+	FRAG_THREADS=1 $(PY) -m pytest tests/ -q -n 2
 
 test-notebooks: $(STAMP)
 	$(PY) -m pytest --nbval-lax notebooks/ -q -p no:cacheprovider

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,7 @@ def _smollm2_cache() -> Path:
 
 
 def _save_atomically(model: Any, tokenizer: Any, folder: Path, record: dict | None) -> None:
-    tmp = folder.with_name(folder.name + ".tmp")
+    tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}")  # two processes may save the same folder
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     with quiet_transformers():
