@@ -24,6 +24,10 @@ def summary() -> str:
                     f"of {r['n_examples']} | 0 | {'yes' if r['per_example_mismatches'] == 0 else 'no'} |")
         rows.append(f"| ES speed-up over generation ({which}) | {r['speedup_min_over_min']:.1f}x | >= 20x | "
                     f"{'yes' if r['speedup_min_over_min'] >= 20 else 'no'} |")
+    ev = load("eval_speed")
+    if ev:
+        rows.append(f"| full evaluation, grouped scoring / metric by metric ({ev['max_abs_difference']:.0e} apart) | "
+                    f"{ev['new_over_old']:.2f}x | <= 0.33x | {'yes' if ev['new_over_old'] <= 1 / 3 else 'no'} |")
     fc = load("frag_cost")
     if fc:
         for key, label in (("calibration_over_forward", "calibration / plain forward passes"),

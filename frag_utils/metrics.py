@@ -86,6 +86,58 @@ def answer_stats(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], b
     return out
 
 
+@torch.no_grad()
+def grouped_answer_stats(model: Any, tokenizer: Any, groups: Sequence[tuple[str, Sequence[str]]],
+                         batch_size: int = 16, chat: bool = True, bf16: bool = False) -> list[list[AnswerStats]]:
+    """:func:`answer_stats` of several answers to one question, the prompt scored once.
+
+    ``batch_size`` questions at a time: one forward pass over their prompts (left-padded, positions
+    counted from each prompt's first token) keeps the key/value cache; their answers then run behind
+    it, each row reading its own question's cache. A question with seven answers (the answer, its
+    paraphrase, five perturbed ones) costs one prompt instead of seven, and logits are computed only
+    where an answer token is predicted. The same numbers as :func:`answer_stats` up to fp32
+    rounding (tested against it).
+
+    Args:
+        groups: ``(question, [answer, ...])`` pairs.
+    Returns:
+        Per group, one :class:`AnswerStats` per answer, in order.
+    """
+    device = next(model.parameters()).device
+    if any(not answers for _, answers in groups):
+        raise ValueError("Every question needs at least one answer to score.")
+    out: list[list[AnswerStats]] = []
+    for chunk in batches(list(groups), batch_size):
+        prompts = [prompt_ids(tokenizer, q, chat) for q, _ in chunk]
+        answers = [[encode_qa(tokenizer, q, a, chat)["input_ids"][len(p):] for a in ans]  # answer + end of turn
+                   for p, (q, ans) in zip(prompts, chunk)]
+        head = collate([{"input_ids": p} for p in prompts], tokenizer.pad_token_id, side="left")
+        positions = (head["attention_mask"].cumsum(1) - 1).clamp(min=0)
+        with _autocast(bf16, device):
+            first = model(input_ids=head["input_ids"].to(device), attention_mask=head["attention_mask"].to(device),
+                          position_ids=positions.to(device), use_cache=True, logits_to_keep=1)
+        first_logp = torch.log_softmax(first.logits[:, -1].float(), dim=-1)  # [B, V]: each answer's first token
+        rows = [(i, a) for i, ans in enumerate(answers) for a in ans]
+        owner = torch.tensor([i for i, _ in rows])
+        cache = first.past_key_values
+        cache.batch_select_indices(owner.to(device))  # each answer row reads its question's prompt
+        body = collate([{"input_ids": a} for _, a in rows], tokenizer.pad_token_id, side="right")
+        mask = torch.cat([head["attention_mask"][owner], body["attention_mask"]], dim=1)
+        lengths = torch.tensor([len(prompts[i]) for i, _ in rows])
+        positions = lengths[:, None] + torch.arange(body["input_ids"].shape[1])[None]
+        with _autocast(bf16, device):
+            logits = model(input_ids=body["input_ids"].to(device), attention_mask=mask.to(device),
+                           position_ids=positions.to(device), past_key_values=cache).logits
+        stats = []
+        for r, (i, a) in enumerate(rows):
+            tgt = torch.tensor(a, device=device)
+            lp = torch.cat([first_logp[i][None], torch.log_softmax(logits[r, :len(a) - 1].float(), dim=-1)])  # [n, V]
+            stats.append(AnswerStats(lp.gather(-1, tgt[:, None])[:, 0].cpu(), (lp.argmax(-1) == tgt).cpu()))
+        it = iter(stats)
+        out += [[next(it) for _ in ans] for ans in answers]
+    return out
+
+
 def es_from_hits(hits: torch.Tensor) -> float:
     """ES of one answer from its argmax hits [n] over answer tokens (end of turn excluded).
 
@@ -278,6 +330,42 @@ def harmonic_mean(values: Sequence[float]) -> float:
     return float(len(arr) / np.sum(1.0 / arr))
 
 
+def scored_records(model: Any, tokenizer: Any, records: Sequence[dict], batch_size: int = 16, chat: bool = True,
+                   bf16: bool = False, paraphrase: bool = True) -> list[dict]:
+    """Every answer a record's metrics need, from one grouped pass (:func:`grouped_answer_stats`).
+
+    Args:
+        paraphrase: the truth ratio's correct answer is the paraphrase where a record has one (forget
+            and retain sets); else always the answer (real authors, world facts).
+    Returns:
+        Per record, :class:`AnswerStats` of its ``answer``, of the truth ratio's ``correct`` answer
+        (the same object when that is the answer) and of each ``perturbed`` answer.
+    """
+    groups, separate = [], []  # separate: the correct answer is not the answer itself
+    for r in records:
+        correct = (r.get("paraphrased_answer") or r["answer"]) if paraphrase else r["answer"]
+        separate.append(correct != r["answer"])
+        groups.append((r["question"], [r["answer"], *([correct] if separate[-1] else []),
+                                       *r.get("perturbed_answer", [])]))
+    return [{"answer": st[0], "correct": st[int(sep)], "perturbed": st[1 + int(sep):]}
+            for sep, st in zip(separate, grouped_answer_stats(model, tokenizer, groups, batch_size, chat, bf16))]
+
+
+def _es_probability(scored: Sequence[dict]) -> tuple[dict, dict]:
+    es = [es_from_hits(x["answer"].hits[:-1]) for x in scored]  # the end-of-turn token is not part of y
+    prob = [math.exp(-x["answer"].avg_nll) for x in scored]
+    return ({"value": float(np.mean(es)), "per_example": es}, {"value": float(np.mean(prob)), "per_example": prob})
+
+
+def _nlls(scored: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
+    """Per-token NLL of the truth ratio's correct answer [N] and of each perturbed answer [N, P]."""
+    n_wrong = {len(x["perturbed"]) for x in scored}
+    if len(n_wrong) != 1:
+        raise ValueError(f"Every record needs the same number of perturbed answers, found {sorted(n_wrong)}.")
+    return (np.array([x["correct"].avg_nll for x in scored]),
+            np.array([[w.avg_nll for w in x["perturbed"]] for x in scored]).reshape(len(scored), n_wrong.pop()))
+
+
 def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], max_new_tokens: int = 64,
                   batch_size: int = 16, chat: bool = True, bf16: bool = False) -> dict:
     """Model Utility and the nine numbers it is the harmonic mean of.
@@ -285,8 +373,9 @@ def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], m
     Args:
         sets: ``retain_perturbed``, ``real_authors_perturbed`` and ``world_facts_perturbed`` records.
     Returns:
-        ``{"model_utility": float, "components": {"<set>/<metric>": float}, "per_example": {...}}``;
-        ``per_example`` also holds each set's greedy answers under ``"<set>/generations"``.
+        ``{"model_utility": float, "components": {"<set>/<metric>": float}, "per_example": {...},
+        "es_retain": {...}}``; ``per_example`` also holds each set's greedy answers under
+        ``"<set>/generations"``; ``es_retain`` is ES on the retain set, from the same pass.
     """
     missing = [s for s in UTILITY_SETS if s not in sets]
     if missing:
@@ -295,11 +384,12 @@ def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], m
     kw = dict(batch_size=batch_size, chat=chat, bf16=bf16)
     for name in UTILITY_SETS:
         recs = sets[name]
+        scored = scored_records(model, tokenizer, recs, paraphrase=name == "retain_perturbed", **kw)
+        c, w = _nlls(scored)
         if name == "retain_perturbed":
-            results = {"probability": probability(model, tokenizer, recs, **kw),
-                       "truth_ratio": truth_ratio(model, tokenizer, recs, "true_better", **kw)}
+            es_retain, prob = _es_probability(scored)
+            results = {"probability": prob, "truth_ratio": truth_ratio_from_nll(c, w, "true_better")}
         else:  # no paraphrase: both numbers come from the same answer/perturbed NLLs
-            c, w = correct_and_wrong_nll(model, tokenizer, recs, correct_key="answer", **kw)
             results = {"probability": probability_with_options_from_nll(c, w),
                        "truth_ratio": truth_ratio_from_nll(c, w, "true_better")}
         results["rouge"] = rouge(model, tokenizer, recs, max_new_tokens, **kw)
@@ -308,41 +398,70 @@ def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], m
             per_example[f"{name}/{metric}"] = res["per_example"]
         per_example[f"{name}/generations"] = results["rouge"]["generations"]
     return {"model_utility": harmonic_mean(list(components.values())), "components": components,
-            "per_example": per_example}
+            "per_example": per_example, "es_retain": es_retain}
 
 
 def evaluate(model: Any, tokenizer: Any, forget_records: Sequence[dict], utility_sets: dict,
              max_new_tokens: int = 64, batch_size: int = 16, chat: bool = True, bf16: bool = False) -> dict:
-    """ES and forget-side metrics on a forget split, plus Model Utility.
+    """ES and forget-side metrics on a forget split, plus Model Utility and ES on the retain set.
+
+    Every answer is scored once, its question's prompt once (:func:`scored_records`); the slow
+    single-metric functions above (:func:`extraction_strength`, :func:`truth_ratio`, ...) give the
+    same numbers, and the tests hold them to it.
 
     Args:
         forget_records: records of ``forgetXX_perturbed`` (question, answer, paraphrased and
             perturbed answers).
         utility_sets: the three Model Utility sets.
     Returns:
-        A flat summary (``es``, ``model_utility``, ``forget_probability``, ``forget_rouge``,
-        ``forget_truth_ratio`` and the nine utility components) plus ``per_example``.
+        A flat summary (``es``, ``es_retain``, ``model_utility``, ``forget_probability``,
+        ``forget_rouge``, ``forget_truth_ratio`` and the nine utility components) plus ``per_example``.
     """
     kw = dict(batch_size=batch_size, chat=chat, bf16=bf16)
-    es, fprob = es_and_probability(model, tokenizer, forget_records, **kw)
+    scored = scored_records(model, tokenizer, forget_records, **kw)
+    es, fprob = _es_probability(scored)
+    ftr = truth_ratio_from_nll(*_nlls(scored), "closer_to_1_better")
     frouge = rouge(model, tokenizer, forget_records, max_new_tokens, **kw)
-    ftr = truth_ratio(model, tokenizer, forget_records, "closer_to_1_better", **kw)
     mu = model_utility(model, tokenizer, utility_sets, max_new_tokens, **kw)
     summary = {"es": es["value"], "model_utility": mu["model_utility"],
                "forget_probability": fprob["value"], "forget_rouge": frouge["value"],
-               "forget_truth_ratio": ftr["value"], **mu["components"]}
+               "forget_truth_ratio": ftr["value"], **mu["components"], "es_retain": mu["es_retain"]["value"]}
     summary["per_example"] = {"es": es["per_example"], "forget_probability": fprob["per_example"],
                               "forget_rouge": frouge["per_example"],
                               "forget_generations": frouge["generations"],
-                              "forget_truth_ratio": ftr["per_example"], **mu["per_example"]}
+                              "forget_truth_ratio": ftr["per_example"], **mu["per_example"],
+                              "es_retain": mu["es_retain"]["per_example"]}
     return summary
+
+
+def evaluate_metric_by_metric(model: Any, tokenizer: Any, forget_records: Sequence[dict], utility_sets: dict,
+                              max_new_tokens: int = 64, batch_size: int = 16) -> dict:
+    """:func:`evaluate`'s numbers the slow way, for tests and benchmarks: metric by metric, each
+    answer scored behind its own prompt, answers scored again by every metric that needs them (the
+    evaluation before grouped scoring)."""
+    kw = dict(batch_size=batch_size)
+    retain = utility_sets["retain_perturbed"]
+    out = {"es": extraction_strength(model, tokenizer, forget_records, **kw)["value"],
+           "forget_probability": probability(model, tokenizer, forget_records, **kw)["value"],
+           "forget_truth_ratio": truth_ratio(model, tokenizer, forget_records, "closer_to_1_better", **kw)["value"],
+           "forget_rouge": rouge(model, tokenizer, forget_records, max_new_tokens, **kw)["value"],
+           "es_retain": extraction_strength(model, tokenizer, retain, **kw)["value"]}
+    components = {"retain_perturbed/probability": probability(model, tokenizer, retain, **kw)["value"],
+                  "retain_perturbed/truth_ratio": truth_ratio(model, tokenizer, retain, "true_better", **kw)["value"],
+                  "retain_perturbed/rouge": rouge(model, tokenizer, retain, max_new_tokens, **kw)["value"]}
+    for name in UTILITY_SETS[1:]:
+        c, w = correct_and_wrong_nll(model, tokenizer, utility_sets[name], correct_key="answer", **kw)
+        components[f"{name}/probability"] = probability_with_options_from_nll(c, w)["value"]
+        components[f"{name}/truth_ratio"] = truth_ratio_from_nll(c, w, "true_better")["value"]
+        components[f"{name}/rouge"] = rouge(model, tokenizer, utility_sets[name], max_new_tokens, **kw)["value"]
+    return {**out, **components, "model_utility": harmonic_mean(list(components.values()))}
 
 
 def evaluate_on_source(model: Any, tokenizer: Any, data_source: str, forget_split: str,
                        limit: int | None = None, max_new_tokens: int = 64, batch_size: int = 16,
                        bf16: bool = False) -> dict:
-    """:func:`evaluate` on ``<forget_split>_perturbed`` and the utility sets of ``data_source``,
-    plus ``es_retain``: ES on ``retain_perturbed`` (questions every model here was trained on).
+    """:func:`evaluate` on ``<forget_split>_perturbed`` and the utility sets of ``data_source``
+    (``es_retain``: ES on ``retain_perturbed``, questions every model here was trained on).
 
     The evaluation every notebook reports for a model, so tables of different notebooks compare.
     ``limit`` keeps the first N records of each set (``None``: all).
@@ -350,13 +469,8 @@ def evaluate_on_source(model: Any, tokenizer: Any, data_source: str, forget_spli
     from . import data
 
     forget_eval = data.load_split(data_source, f"{forget_split}_perturbed", limit)
-    retain_eval = data.load_split(data_source, "retain_perturbed", limit)
     utility_sets = data.load_utility_sets(data_source, limit)
-    res = evaluate(model, tokenizer, forget_eval, utility_sets, max_new_tokens, batch_size, bf16=bf16)
-    retain_es = extraction_strength(model, tokenizer, retain_eval, batch_size, bf16=bf16)
-    res["es_retain"] = retain_es["value"]
-    res["per_example"]["es_retain"] = retain_es["per_example"]
-    return res
+    return evaluate(model, tokenizer, forget_eval, utility_sets, max_new_tokens, batch_size, bf16=bf16)
 
 
 def es_on_source(model: Any, tokenizer: Any, data_source: str, forget_split: str, limit: int | None = None,

@@ -5,7 +5,7 @@ import pytest
 import torch
 from scipy import stats as sstats
 
-from frag_utils import metrics, models, prompts
+from frag_utils import data, metrics, models, prompts
 
 
 def _nll_slow(model, tokenizer, question, answer):
@@ -164,3 +164,29 @@ def test_es_only_evaluation_matches_the_full_evaluation(partly_trained, tokenize
     assert 0 < full["es"] < 1  # something to compare
     assert only["es"] == pytest.approx(full["es"]) and only["es_retain"] == pytest.approx(full["es_retain"])
     assert only["per_example"]["es"] == pytest.approx(full["per_example"]["es"])
+
+
+def test_the_grouped_evaluation_equals_every_metric_computed_answer_by_answer(partly_trained, tokenizer):
+    forget = data.load_split("synthetic", "forget10_perturbed", 20)
+    sets = data.load_utility_sets("synthetic", 20)
+    fast = metrics.evaluate(partly_trained, tokenizer, forget, sets, max_new_tokens=6)
+    slow = metrics.evaluate_metric_by_metric(partly_trained, tokenizer, forget, sets, max_new_tokens=6)
+    assert 0 < fast["es"] < 1 and 0 < fast["retain_perturbed/truth_ratio"] < 1  # something to compare
+    for key, value in slow.items():
+        assert fast[key] == pytest.approx(value, abs=1e-5), key
+
+
+def test_grouped_scoring_of_smollm2_equals_scoring_each_answer_alone(tokenizer):
+    """On the real model: 20 forget questions, each with its answer, paraphrase and five perturbed
+    answers, scored behind one prompt against each behind its own."""
+    model, tok = models.load_model(models.SMOLLM2)
+    records = data.load_split("synthetic", "forget10_perturbed", 20)
+    scored = metrics.scored_records(model, tok, records)
+    answers = [(r["question"], a) for r in records
+               for a in (r["answer"], r["paraphrased_answer"], *r["perturbed_answer"])]
+    alone = iter(metrics.answer_stats(model, tok, answers))
+    for x in scored:
+        for grouped in (x["answer"], x["correct"], *x["perturbed"]):
+            one = next(alone)
+            assert grouped.avg_nll == pytest.approx(one.avg_nll, abs=1e-5)
+            assert torch.equal(grouped.hits, one.hits)
