@@ -401,13 +401,34 @@ def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], m
             "per_example": per_example, "es_retain": es_retain}
 
 
+def evaluate_forget(model: Any, tokenizer: Any, forget_records: Sequence[dict], max_new_tokens: int = 64,
+                    batch_size: int = 16, chat: bool = True, bf16: bool = False) -> dict:
+    """The forget-split half of :func:`evaluate`: ES, probability, truth ratio and ROUGE."""
+    kw = dict(batch_size=batch_size, chat=chat, bf16=bf16)
+    scored = scored_records(model, tokenizer, forget_records, **kw)
+    es, prob = _es_probability(scored)
+    tr = truth_ratio_from_nll(*_nlls(scored), "closer_to_1_better")
+    rg = rouge(model, tokenizer, forget_records, max_new_tokens, **kw)
+    return {"es": es, "forget_probability": prob, "forget_truth_ratio": tr, "forget_rouge": rg}
+
+
+def combine(forget: dict, utility: dict) -> dict:
+    """:func:`evaluate`'s flat summary from :func:`evaluate_forget` and :func:`model_utility`."""
+    summary = {"es": forget["es"]["value"], "model_utility": utility["model_utility"],
+               **{k: forget[k]["value"] for k in ("forget_probability", "forget_rouge", "forget_truth_ratio")},
+               **utility["components"], "es_retain": utility["es_retain"]["value"]}
+    summary["per_example"] = {**{k: forget[k]["per_example"] for k in forget},
+                              "forget_generations": forget["forget_rouge"]["generations"],
+                              **utility["per_example"], "es_retain": utility["es_retain"]["per_example"]}
+    return summary
+
+
 def evaluate(model: Any, tokenizer: Any, forget_records: Sequence[dict], utility_sets: dict,
              max_new_tokens: int = 64, batch_size: int = 16, chat: bool = True, bf16: bool = False) -> dict:
     """ES and forget-side metrics on a forget split, plus Model Utility and ES on the retain set.
 
-    Every answer is scored once, its question's prompt once (:func:`scored_records`); the slow
-    single-metric functions above (:func:`extraction_strength`, :func:`truth_ratio`, ...) give the
-    same numbers, and the tests hold them to it.
+    Every answer is scored once, its question's prompt once (:func:`scored_records`);
+    :func:`evaluate_metric_by_metric` gives the same numbers the slow way, and the tests hold them to it.
 
     Args:
         forget_records: records of ``forgetXX_perturbed`` (question, answer, paraphrased and
@@ -418,20 +439,8 @@ def evaluate(model: Any, tokenizer: Any, forget_records: Sequence[dict], utility
         ``forget_rouge``, ``forget_truth_ratio`` and the nine utility components) plus ``per_example``.
     """
     kw = dict(batch_size=batch_size, chat=chat, bf16=bf16)
-    scored = scored_records(model, tokenizer, forget_records, **kw)
-    es, fprob = _es_probability(scored)
-    ftr = truth_ratio_from_nll(*_nlls(scored), "closer_to_1_better")
-    frouge = rouge(model, tokenizer, forget_records, max_new_tokens, **kw)
-    mu = model_utility(model, tokenizer, utility_sets, max_new_tokens, **kw)
-    summary = {"es": es["value"], "model_utility": mu["model_utility"],
-               "forget_probability": fprob["value"], "forget_rouge": frouge["value"],
-               "forget_truth_ratio": ftr["value"], **mu["components"], "es_retain": mu["es_retain"]["value"]}
-    summary["per_example"] = {"es": es["per_example"], "forget_probability": fprob["per_example"],
-                              "forget_rouge": frouge["per_example"],
-                              "forget_generations": frouge["generations"],
-                              "forget_truth_ratio": ftr["per_example"], **mu["per_example"],
-                              "es_retain": mu["es_retain"]["per_example"]}
-    return summary
+    return combine(evaluate_forget(model, tokenizer, forget_records, max_new_tokens, **kw),
+                   model_utility(model, tokenizer, utility_sets, max_new_tokens, **kw))
 
 
 def evaluate_metric_by_metric(model: Any, tokenizer: Any, forget_records: Sequence[dict], utility_sets: dict,
@@ -489,22 +498,30 @@ def es_on_source(model: Any, tokenizer: Any, data_source: str, forget_split: str
 def evaluate_model_cached(model_id: str, data_source: str, forget_split: str, limit: int | None = None,
                           max_new_tokens: int = 64, batch_size: int = 16, device: str = "cpu",
                           dtype: torch.dtype = torch.float32) -> dict:
-    """:func:`evaluate_on_source` of a saved model, cached on disk under a
-    :func:`frag_utils.cache.key`: the model's identity (a cached checkpoint's own key), the
-    evaluation data's content, every setting and the package's code. Every run that evaluates the
-    same weights the same way (a target read by many runs, an unlearned model and its attacks)
-    computes it once.
-
+    """:func:`evaluate_on_source` of a saved model, its two halves cached on disk under a
+    :func:`frag_utils.cache.key` each: the model's identity (a cached checkpoint's own key), the
+    evaluation data's content, every setting and the package's code. The forget half is keyed by
+    its split, Model Utility (with retain ES) not: every run that evaluates the same weights the same
+    way (a target read by many runs, an unlearned model and its attacks, one model on three splits)
+    computes each half once.
     """
     from . import cache, data, models
 
-    sets = [f"{forget_split}_perturbed", "retain_perturbed", *UTILITY_SETS]
+    loaded: list = []
+
+    def model_and_tokenizer() -> list:
+        if not loaded:
+            loaded.extend(models.load_model(model_id, device=device, dtype=dtype))
+        return loaded
+
     settings = {"data_source": data_source, "prompt_template": prompts.template_name(),
-                "data": cache.records_digest([data.load_split(data_source, s, limit) for s in sets]),
                 "max_new_tokens": max_new_tokens, "batch_size": batch_size, "device": device, "dtype": str(dtype)}
-
-    def compute() -> dict:
-        model, tokenizer = models.load_model(model_id, device=device, dtype=dtype)
-        return evaluate_on_source(model, tokenizer, data_source, forget_split, limit, max_new_tokens, batch_size)
-
-    return cache.cached_json("evaluation", settings, {"model": model_id}, compute)[0]
+    forget_records = data.load_split(data_source, f"{forget_split}_perturbed", limit)
+    sets = data.load_utility_sets(data_source, limit)
+    forget, _ = cache.cached_json(
+        "evaluation_forget", {**settings, "data": cache.records_digest(forget_records)}, {"model": model_id},
+        lambda: evaluate_forget(*model_and_tokenizer(), forget_records, max_new_tokens, batch_size))
+    utility, _ = cache.cached_json(
+        "model_utility", {**settings, "data": cache.records_digest([sets[k] for k in UTILITY_SETS])},
+        {"model": model_id}, lambda: model_utility(*model_and_tokenizer(), sets, max_new_tokens, batch_size))
+    return combine(forget, utility)

@@ -137,25 +137,30 @@ def test_end_of_turn_is_read_from_the_template(tokenizer):
 
 def test_cached_evaluation_is_reused_only_for_the_same_model_data_and_settings(tokenizer, tmp_path, monkeypatch):
     monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "cache"))
-    calls = []
-    evaluate = metrics.evaluate_on_source
-    monkeypatch.setattr(metrics, "evaluate_on_source", lambda *a, **k: calls.append(1) or evaluate(*a, **k))
     folder = tmp_path / "m"
     models.save_checkpoint(models.build_tiny_model(len(tokenizer), seed=0), tokenizer, folder)
+    direct = metrics.evaluate_on_source(*models.load_model(str(folder)), "synthetic", "forget10", 2, 4, 4)
+    calls = {"forget": 0, "utility": 0}
+    forget_half, utility_half = metrics.evaluate_forget, metrics.model_utility
+
+    def count(name, fn):
+        return lambda *a, **k: calls.__setitem__(name, calls[name] + 1) or fn(*a, **k)
+
+    monkeypatch.setattr(metrics, "evaluate_forget", count("forget", forget_half))
+    monkeypatch.setattr(metrics, "model_utility", count("utility", utility_half))
     kw = dict(data_source="synthetic", forget_split="forget10", limit=2, max_new_tokens=4, batch_size=4)
     first = metrics.evaluate_model_cached(str(folder), **kw)
     again = metrics.evaluate_model_cached(str(folder), **kw)
-    assert len(calls) == 1 and again == first
-    model, tok = models.load_model(str(folder))
-    direct = evaluate(model, tok, "synthetic", "forget10", 2, 4, 4)
-    assert again["es"] == pytest.approx(direct["es"])
-    assert again["model_utility"] == pytest.approx(direct["model_utility"])
+    assert calls == {"forget": 1, "utility": 1} and again == first
+    assert again == direct  # the same numbers as evaluating it here, the per-example lists too
+    metrics.evaluate_model_cached(str(folder), **{**kw, "forget_split": "forget05"})
+    assert calls == {"forget": 2, "utility": 1}  # Model Utility does not depend on the forget split
     metrics.evaluate_model_cached(str(folder), **{**kw, "max_new_tokens": 5})
-    assert len(calls) == 2  # other settings
+    assert calls == {"forget": 3, "utility": 2}  # other settings
     # a retrained (re-saved) model is evaluated afresh
     models.save_checkpoint(models.build_tiny_model(len(tokenizer), seed=1), tokenizer, folder)
     metrics.evaluate_model_cached(str(folder), **kw)
-    assert len(calls) == 3
+    assert calls == {"forget": 4, "utility": 3}
 
 
 def test_es_only_evaluation_matches_the_full_evaluation(partly_trained, tokenizer):
