@@ -19,9 +19,10 @@ import yaml
 from . import paths
 
 TOLERANCE_FILE = paths.REPO_ROOT / "papermill_runs" / "tolerance.yaml"
-# What differs between any two runs of one notebook with the same parameters: wall times, the
-# time of writing, and the traces of an interrupted run
-VOLATILE_KEYS = ("written_at", "resumed_from", "reused", "cached", "cache_key")
+# What differs between any two runs of one notebook with the same parameters: wall times (keys
+# ending in "seconds"), whether something came from the cache (keys ending in "cached"), the time
+# of writing, the traces of an interrupted run, and the cache key (it names the code's hash)
+VOLATILE_KEYS = ("written_at", "resumed_from", "reused", "cache_key")
 
 
 def load_tolerance(file: Path = TOLERANCE_FILE) -> dict[str, tuple[float, float]]:
@@ -41,12 +42,12 @@ def load_tolerance(file: Path = TOLERANCE_FILE) -> dict[str, tuple[float, float]
 
 
 def record_differences(a: Any, b: Any, path: str = "") -> list[str]:
-    """Where two records (JSON values) differ, volatile keys (``VOLATILE_KEYS``, ``*seconds``) left
+    """Where two records (JSON values) differ, volatile keys (``VOLATILE_KEYS``, ``*seconds``, ``*cached``) left
     out; numbers exactly (NaN equals NaN); two absolute paths count as the same (two caches)."""
     if isinstance(a, dict) and isinstance(b, dict):
         out = []
         for k in sorted(set(a) | set(b)):
-            if k.endswith("seconds") or k in VOLATILE_KEYS:
+            if k.endswith(("seconds", "cached")) or k in VOLATILE_KEYS:
                 continue
             if k not in a or k not in b:
                 out.append(f"{path}/{k}: only in {'the first' if k in a else 'the second'}")

@@ -79,6 +79,9 @@ def test_record_differences_leave_out_wall_times_and_name_each_difference():
     b = {"x": [1, 2.5, float("nan")], "train_seconds": 4, "written_at": "t2", "y": {"z": "a", "w": 1}}
     assert drift.record_differences(a, b) == ["/x[1]: 2.0 against 2.5", "/y/w: only in the second"]
     assert drift.record_differences(a, a) == [] and drift.record_differences([1], [1, 2]) == [": 1 items against 2"]
+    # whether a part came from the cache is not a difference of the run (a remake on a fresh cache)
+    assert drift.record_differences({"t": {"calibration_forget_cached": True, "n": 1}},
+                                    {"t": {"calibration_forget_cached": False, "n": 1}}) == []
     # checkpoints in two caches are the same place; other strings are compared
     assert drift.record_differences({"ckpt": "/cache/a/target"}, {"ckpt": "/other/b/target"}) == []
     assert drift.record_differences({"m": "npo"}, {"m": "ga"}) == ["/m: 'npo' against 'ga'"]
