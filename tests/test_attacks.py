@@ -319,14 +319,14 @@ def test_lora_targets_missing_from_the_model_are_named(tokenizer, forget, unlear
 
 def _cpu_bf16_broken() -> bool:
     """torch 2.13's CPU bf16 matmul fails on an AMX CPU when its kernels are capped at AVX2
-    (deterministic mode): 'pack_vnni2 is only supported when avx512 is supported'."""
+    (ATEN_CPU_CAPABILITY=avx2, a user's choice): 'pack_vnni2 is only supported when avx512 is supported'."""
     from frag_utils.records import cpu_description
 
     return torch.backends.cpu.get_cpu_capability() == "AVX2" and "amx_bf16" in cpu_description().get("cpu_flags", [])
 
 
-@pytest.mark.skipif(_cpu_bf16_broken(), reason="bf16 autocast on this CPU needs kernels above the AVX2 cap of "
-                    "deterministic mode (torch: pack_vnni2 needs avx512); the bf16 path is a GPU one")
+@pytest.mark.skipif(_cpu_bf16_broken(), reason="bf16 autocast on this CPU needs kernels above the AVX2 cap "
+                    "set here (torch: pack_vnni2 needs avx512); the bf16 path is a GPU one")
 def test_evaluations_during_and_after_a_bf16_attack_run_in_fp32(tokenizer, forget, unlearned, tmp_path, monkeypatch):
     """bf16 training wraps the model's forward in autocast on the object itself; the evaluation
     after each epoch and the returned model must run the fp32 forward, as the evaluation of the

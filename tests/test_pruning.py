@@ -634,7 +634,7 @@ def seq_norms_by_hand(model, tokenizer, records, n, max_len):
 RHO = 0.25  # the budget's edge in the middle of the ratio ranking, where bf16 noise can reorder channels
 
 
-@pytest.mark.skipif(_cpu_bf16_broken(), reason="bf16 on this CPU needs kernels above deterministic mode's AVX2 cap")
+@pytest.mark.skipif(_cpu_bf16_broken(), reason="bf16 on this CPU needs kernels above the AVX2 cap set here")
 def test_frp_precision_is_the_dtype_its_norms_are_computed_in(tmp_path, tokenizer, monkeypatch):
     """precision fp32 (the authors' RC, Tables 1 and 3) and bf16 (scripts/frp_tofu.sh) on the same
     bf16 weights: each mask is rank_combo on norms computed directly in that dtype; the bf16 norms
