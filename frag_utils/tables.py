@@ -20,7 +20,7 @@ ATTACKS = ("retain", "forget", "forget_retain")
 SPLITS = ("forget01", "forget05", "forget10")
 ROW_COLUMNS = ("model", "method", "weights", "forget_split", "attack_data", "es_before", "es_after", "delta_es",
                "model_utility_before", "model_utility_after", "unlearned_run", "l2_all", "FRAG_x100", "A_f_x100",
-               "A_r_x100", "run")
+               "A_r_x100", "optimizer_steps", "few_steps", "run")
 
 
 def attack_rows(attack_records: Sequence[dict], method_by_run: dict[str, dict],
@@ -89,8 +89,13 @@ def table1_per_split(rows: pd.DataFrame, attacks: Sequence[str] = ATTACKS) -> pd
     before = rows.groupby(["weights", "forget_split", "model"]).es_before.first()
     table = wide.assign(es_before=before).reset_index()
     table = table.assign(_order=table.model.map(order)).sort_values(["weights", "forget_split", "_order"])
-    return table[["weights", "forget_split", "model", "es_before", *[f"{a}_delta_es" for a in attacks]]].reset_index(
-        drop=True)
+    # an attack of fewer than attacks.FEW_STEPS optimizer steps barely trains (forget01: 40 records)
+    few = rows[rows.few_steps.eq(True)]
+    notes = {k: ", ".join(f"{a} ({int(n)} steps)" for a, n in zip(g.attack_data, g.optimizer_steps))
+             for k, g in few.groupby(["weights", "forget_split", "model"])}
+    table["few_step_attacks"] = [notes.get(k, "") for k in zip(table.weights, table.forget_split, table.model)]
+    return table[["weights", "forget_split", "model", "es_before", *[f"{a}_delta_es" for a in attacks],
+                  "few_step_attacks"]].reset_index(drop=True)
 
 
 def mark_not_effective(table: pd.DataFrame) -> pd.DataFrame:

@@ -21,6 +21,9 @@ def _rows(skip=()):
                                  "attack_data": attack, "es_before": before, "es_after": before + delta,
                                  "delta_es": delta, "model_utility_before": 0.3,
                                  "model_utility_after": 0.3 - delta / 10,
+                                 # the forget attack of forget01 (40 records) takes 2 optimizer steps
+                                 "optimizer_steps": 2 if (split, attack) == ("forget01", "forget") else 20,
+                                 "few_steps": (split, attack) == ("forget01", "forget"),
                                  "run": f"06/{weights}-{model}-{split}-{attack}"})
     return pd.DataFrame(rows)
 
@@ -60,6 +63,10 @@ def test_per_split_table_has_a_row_per_split_and_model_with_each_attack():
     assert row.forget_retain_delta_es == pytest.approx(0.05 * 3 + 0.01)
     missing = t[(t.weights == "fp32") & (t.forget_split == "forget10")].iloc[0]
     assert math.isnan(missing.retain_delta_es) and not math.isnan(missing.forget_delta_es)
+    # an attack of few optimizer steps is named beside its row, and only there
+    flagged = t[t.few_step_attacks != ""]
+    assert set(flagged.forget_split) == {"forget01"} and len(flagged) == 3
+    assert set(flagged.few_step_attacks) == {"forget (2 steps)"}
 
 
 def test_attack_rows_take_the_precision_and_label_from_the_unlearned_run():
