@@ -78,9 +78,9 @@ def is_current(folder: str | Path) -> bool:
     models it was made from as they are now), is the one it was saved under."""
     from .models import is_checkpoint
 
-    folder = Path(folder)
-    made = _record(folder).get("cache") if is_checkpoint(folder) else None
-    return bool(made) and key(made["kind"], made["settings"], made["models"]) == _record(folder).get("cache_key")
+    record = _record(Path(folder)) if is_checkpoint(folder) else {}
+    made = record.get("cache")
+    return bool(made) and key(made["kind"], made["settings"], made["models"]) == record.get("cache_key")
 
 
 def work_dir(folder: str | Path, artefact_key: str) -> Path:
