@@ -67,10 +67,9 @@ def records_digest(records: Any) -> str:
 
 
 def _record(folder: Path) -> dict:
-    from .models import RECORD_FILE
+    from .models import load_record  # models imports torch: only where a checkpoint is looked at
 
-    file = folder / RECORD_FILE
-    return json.loads(file.read_text()) if file.is_file() else {}
+    return load_record(folder) or {}
 
 
 def is_current(folder: str | Path) -> bool:
