@@ -121,17 +121,13 @@ def checkpoint(folder: str | Path, kind: str, settings: dict, models: dict[str, 
     return {**record, "reused": False}
 
 
-def cached_json(kind: str, settings: dict, models: dict[str, str], compute: Callable[[], Any]) -> tuple[Any, bool]:
-    """``compute()``, kept in ``<cache>/<kind>/<key>.json`` and read back while the key holds.
-
-    Returns:
-        ``(value, from_cache)``.
-    """
+def cached_json(kind: str, settings: dict, models: dict[str, str], compute: Callable[[], Any]) -> Any:
+    """``compute()``, kept in ``<cache>/<kind>/<key>.json`` and read back while the key holds."""
     from .records import atomic_write_text
 
     file = paths.cache_dir() / kind / f"{key(kind, settings, models)[:24]}.json"
     if file.is_file():
-        return json.loads(file.read_text()), True
+        return json.loads(file.read_text())
     value = compute()
     atomic_write_text(file, json.dumps(value, default=str))
-    return value, False
+    return value

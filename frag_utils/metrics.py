@@ -162,8 +162,12 @@ def es_and_probability(model: Any, tokenizer: Any, records: Sequence[dict], batc
     Returns:
         ``(es, probability)``, each ``{"value": mean, "per_example": [...]}``.
     """
-    stats = answer_stats(model, tokenizer, [(r["question"], r["answer"]) for r in records],
-                         batch_size, chat, bf16)
+    return _es_probability(answer_stats(model, tokenizer, [(r["question"], r["answer"]) for r in records],
+                                        batch_size, chat, bf16))
+
+
+def _es_probability(stats: Sequence[AnswerStats]) -> tuple[dict, dict]:
+    """ES and probability of each answer from its statistics, and their means."""
     es = [es_from_hits(s.hits[:-1]) for s in stats]  # the end-of-turn token is not part of y
     prob = [math.exp(-s.avg_nll) for s in stats]
     return ({"value": float(np.mean(es)), "per_example": es},
@@ -351,12 +355,6 @@ def scored_records(model: Any, tokenizer: Any, records: Sequence[dict], batch_si
             for sep, st in zip(separate, grouped_answer_stats(model, tokenizer, groups, batch_size, chat, bf16))]
 
 
-def _es_probability(scored: Sequence[dict]) -> tuple[dict, dict]:
-    es = [es_from_hits(x["answer"].hits[:-1]) for x in scored]  # the end-of-turn token is not part of y
-    prob = [math.exp(-x["answer"].avg_nll) for x in scored]
-    return ({"value": float(np.mean(es)), "per_example": es}, {"value": float(np.mean(prob)), "per_example": prob})
-
-
 def _nlls(scored: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
     """Per-token NLL of the truth ratio's correct answer [N] and of each perturbed answer [N, P]."""
     n_wrong = {len(x["perturbed"]) for x in scored}
@@ -387,7 +385,7 @@ def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], m
         scored = scored_records(model, tokenizer, recs, paraphrase=name == "retain_perturbed", **kw)
         c, w = _nlls(scored)
         if name == "retain_perturbed":
-            es_retain, prob = _es_probability(scored)
+            es_retain, prob = _es_probability([x["answer"] for x in scored])
             results = {"probability": prob, "truth_ratio": truth_ratio_from_nll(c, w, "true_better")}
         else:  # no paraphrase: both numbers come from the same answer/perturbed NLLs
             results = {"probability": probability_with_options_from_nll(c, w),
@@ -406,7 +404,7 @@ def evaluate_forget(model: Any, tokenizer: Any, forget_records: Sequence[dict], 
     """The forget-split half of :func:`evaluate`: ES, probability, truth ratio and ROUGE."""
     kw = dict(batch_size=batch_size, chat=chat, bf16=bf16)
     scored = scored_records(model, tokenizer, forget_records, **kw)
-    es, prob = _es_probability(scored)
+    es, prob = _es_probability([x["answer"] for x in scored])
     tr = truth_ratio_from_nll(*_nlls(scored), "closer_to_1_better")
     rg = rouge(model, tokenizer, forget_records, max_new_tokens, **kw)
     return {"es": es, "forget_probability": prob, "forget_truth_ratio": tr, "forget_rouge": rg}
@@ -518,10 +516,10 @@ def evaluate_model_cached(model_id: str, data_source: str, forget_split: str, li
                 "max_new_tokens": max_new_tokens, "batch_size": batch_size, "device": device, "dtype": str(dtype)}
     forget_records = data.load_split(data_source, f"{forget_split}_perturbed", limit)
     sets = data.load_utility_sets(data_source, limit)
-    forget, _ = cache.cached_json(
+    forget = cache.cached_json(
         "evaluation_forget", {**settings, "data": cache.records_digest(forget_records)}, {"model": model_id},
         lambda: evaluate_forget(*model_and_tokenizer(), forget_records, max_new_tokens, batch_size))
-    utility, _ = cache.cached_json(
+    utility = cache.cached_json(
         "model_utility", {**settings, "data": cache.records_digest([sets[k] for k in UTILITY_SETS])},
         {"model": model_id}, lambda: model_utility(*model_and_tokenizer(), sets, max_new_tokens, batch_size))
     return combine(forget, utility)

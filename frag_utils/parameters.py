@@ -179,8 +179,9 @@ def applies(notebook: str, key: str, params: dict) -> bool:
 _KERNEL_NAMES = {"In", "Out", "get_ipython", "exit", "quit", "open"}  # IPython's own variables
 
 
-# Parameters that say how a run is evaluated, scored or named, not what it makes
-NOT_MAKING = ("run_name", "device", "dtype", "eval_limit", "eval_batch_size", "max_new_tokens", "gamma",
+# Parameters that say how a run is evaluated, scored or named, not what it makes (``device`` stays:
+# a checkpoint trained on a GPU has other weights than one trained on the CPU)
+NOT_MAKING = ("run_name", "dtype", "eval_limit", "eval_batch_size", "max_new_tokens", "gamma",
               "frag_n_calib", "retrain", "gold")
 
 

@@ -293,12 +293,26 @@ def needed_runs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[RunSpec, bool
     """The runs ``spec`` reads from, each with whether it reads only their record (``True``) or also
     their checkpoints: the profile's notebook-02 run for a run on ``profile-target`` and for a gold
     run on ``profile-gold``; the named notebook-05 runs of notebooks 06 and 07; the run a
-    matched-norm run matches (record only). Looked up in ``specs``, else among the records."""
+    matched-norm run matches (record only). Looked up in ``specs``, else among the records.
+
+    Raises:
+        RunError: a run it reads from is neither in ``specs`` nor recorded: nothing could make it.
+    """
     found: dict[tuple[str, str], bool] = {}
     for stem, name, record_only in _named_inputs(spec, specs):
         found[(stem, name)] = found.get((stem, name), True) and record_only
-    deps = [(_find(stem, name, specs), record_only) for (stem, name), record_only in found.items()]
-    return [(d, record_only) for d, record_only in deps if d is not None]
+    deps = []
+    for (stem, name), record_only in found.items():
+        dep = _find(stem, name, specs)
+        if dep is None:
+            raise RunError(
+                f"{spec.notebook.stem}/{spec.name} reads from {stem}/{name}, which has no record in "
+                f"{repo_relative(paths.RUNS_DIR / stem)} and is in no parameter file of profile "
+                f"'{spec.params.get('profile')}', so it cannot be made first. Run it first ('frag run {stem} -f "
+                f"FILE -p NAME VALUE' with the parameters that name it), or name a recorded run (the folders of "
+                f"{repo_relative(paths.RUNS_DIR / stem)}).")
+        deps.append((dep, record_only))
+    return deps
 
 
 def _find(notebook: str, name: str, specs: list[RunSpec]) -> RunSpec | None:
@@ -315,31 +329,20 @@ def recorded_spec(notebook: str, name: str) -> RunSpec | None:
     return RunSpec(parameters.resolve_notebook(notebook), json.loads(results.read_text())["provenance"]["params"], name)
 
 
-def _check_inputs_known(spec: RunSpec, specs: list[RunSpec]) -> None:
-    """Refuse a run that reads from a run that is neither recorded nor in ``specs``: nothing could make it."""
-    for stem, name, _ in _named_inputs(spec, specs):
-        if _find(stem, name, specs) is None:
-            raise RunError(
-                f"{spec.notebook.stem}/{spec.name} reads from {stem}/{name}, which has no record in "
-                f"{repo_relative(paths.RUNS_DIR / stem)} and is in no parameter file of profile "
-                f"'{spec.params.get('profile')}', so it cannot be made first. Run it first ('frag run {stem} -f "
-                f"FILE -p NAME VALUE' with the parameters that name it), or name a recorded run (the folders of "
-                f"{repo_relative(paths.RUNS_DIR / stem)}).")
-
-
 def _execute_logged(spec: RunSpec, force: bool, log: list[dict], reason: str = "",
                     record_to: Path | None = None) -> dict:
     """:func:`execute`, its entry appended to ``log`` (a failed run's too, status ``failed``, or
     ``interrupted`` for a kill) and printed unless skipped."""
     start = time.time()
-    entry = {"run": f"{spec.notebook.stem}/{spec.name}", "status": "interrupted", "seconds": 0.0}
+    entry = {"run": f"{spec.notebook.stem}/{spec.name}", "status": "interrupted", "seconds": None}
     try:
         entry = execute(spec, force=force, record_to=record_to)
     except Exception:
         entry["status"] = "failed"
         raise
     finally:
-        entry["seconds"] = entry["seconds"] or round(time.time() - start, 1)
+        if entry["seconds"] is None:  # failed or killed: how long it ran
+            entry["seconds"] = round(time.time() - start, 1)
         if reason:
             entry["reason"] = reason
         log.append(entry)
@@ -373,7 +376,6 @@ def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checke
     """Before ``spec`` runs, every run it reads from is in place: run if unrecorded, remade
     (:func:`remake`) if recorded but its checkpoint is missing from the cache or not current, what
     those read from first. ``checked`` holds the runs already in place during this grid."""
-    _check_inputs_known(spec, specs)
     for dep, record_only in needed_runs(spec, specs):
         key = (dep.notebook.stem, dep.name)
         if key in checked or dep.is_complete() and (record_only or checkpoints_current(dep)):
