@@ -28,6 +28,13 @@ def summary() -> str:
     if ev:
         rows.append(f"| full evaluation, grouped scoring / metric by metric ({ev['max_abs_difference']:.0e} apart) | "
                     f"{ev['new_over_old']:.2f}x | <= 0.33x | {'yes' if ev['new_over_old'] <= 1 / 3 else 'no'} |")
+    ts = load("train_step")
+    if ts:
+        o = ts["over_old"]
+        rows.append(f"| target fine-tuning step, label-position loss / full logits | {o['label_positions']:.2f}x | "
+                    "(reported) | - |")
+        rows.append(f"| the same, with length-grouped batches and the short system prompt | {o['short_prompt']:.2f}x | "
+                    "(reported) | - |")
     fc = load("frag_cost")
     if fc:
         for key, label in (("calibration_over_forward", "calibration / plain forward passes"),

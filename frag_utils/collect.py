@@ -41,8 +41,10 @@ FIGURE_SOURCES = {"frontier": "predictors", "ranking": "predictors", "per_layer_
 WRITE_OPTIONS: dict[str, dict] = {
     **{name: {"formats": KNOB_FORMATS} for name in ("methods", "sweep", "forgetting_strength", "frp_ablation")},
     **{name: {"formats": {k: "g" for k in ("lr", *KNOBS)}} for name in ("other_runs_attacks", "other_runs_unlearning")},
-    "grid_times": {"formats": {"hours": ".2f", "median_minutes": ".1f"},
-                   "provenance": {"source_runs": "every recorded run of the profile"}},
+    "grid_times": {"formats": {"hours": ".2f", "median_minutes": ".1f", "estimated_hours": ".2f"},
+                   "provenance": {"source_runs": "every run the profile's parameter files list; hours from the "
+                                                 "recorded ones, estimated_hours adds the others at the median "
+                                                 "recorded run of their kind (frag_utils.costs)"}},
     "table3_paper_protocol": {"provenance": {"methods": list(analysis.PAPER_TABLE3_METHODS)}},
     "frp_released": {"sort_by": ["lambda", "veto_P"], "formats": {"lambda": "g", "veto_P": "g", "sparsity": "g"}},
     "precision": {"formats": {"moved_fraction": ".4f"}},

@@ -1,8 +1,10 @@
 """What a grid costs: notebook time per notebook, from the executed records themselves.
 
 Every executed notebook carries papermill's ``duration`` (seconds of the whole run, kernel start
-to end) in its metadata; summed over a profile's recorded runs it is the notebook time a rerun of
-the grid needs on the recording machine (issue 17 asks for it in the README).
+to end) in its metadata. Summed over a profile's recorded runs it is the notebook time a rerun of
+the grid needs on the recording machine; a listed run not recorded yet is estimated by the median
+of the recorded runs of its kind (:func:`run_kind`: the method of an unlearning run, the attack
+data of an attack), else of its notebook.
 """
 from __future__ import annotations
 
@@ -18,22 +20,45 @@ def run_duration(executed: str | Path) -> float | None:
     return meta.get("duration")
 
 
+def run_kind(notebook: str, params: dict) -> str:
+    """What decides a run's cost within its notebook: the unlearning method (pruning takes
+    seconds, training minutes), the attack's data (30 records or 300) and whether it measures
+    Model Utility after."""
+    if notebook == "05_unlearn":
+        return str(params.get("method"))
+    if notebook == "06_attacks":
+        return f"{params.get('attack_data')}|{params.get('eval_utility', True)}|{params.get('epochs', 1)}"
+    return notebook
+
+
 def notebook_times(specs: list) -> pd.DataFrame:
-    """Per notebook: recorded runs, total hours and median minutes per run, over the complete runs
-    of ``specs`` (:class:`frag_utils.runs.RunSpec`), with a last row ``all``."""
-    rows = []
+    """Per notebook, over ``specs`` (:class:`frag_utils.runs.RunSpec`, collectors left out): the
+    runs listed and recorded, the recorded hours, the median minutes per recorded run, and the
+    estimated hours of the whole list (recorded runs as measured, the others at the median of
+    their kind); a last row ``all``."""
     from .runs import COLLECTORS
 
+    rows = []
     for s in specs:
-        if s.notebook.stem not in COLLECTORS and s.is_complete():
-            d = run_duration(s.executed)
-            if d is not None:
-                rows.append({"notebook": s.notebook.stem, "seconds": float(d)})
-    df = pd.DataFrame(rows, columns=["notebook", "seconds"])
-    table = df.groupby("notebook").seconds.agg(["count", "sum", "median"]).reset_index()
-    table = table.rename(columns={"count": "runs"}).assign(hours=lambda t: t["sum"] / 3600,
-                                                          median_minutes=lambda t: t["median"] / 60)
-    table = table[["notebook", "runs", "hours", "median_minutes"]]
-    total = pd.DataFrame([{"notebook": "all", "runs": int(table.runs.sum()), "hours": float(table.hours.sum()),
-                           "median_minutes": float(df.seconds.median() / 60) if len(df) else float("nan")}])
-    return pd.concat([table, total], ignore_index=True)
+        if s.notebook.stem in COLLECTORS:
+            continue
+        d = run_duration(s.executed) if s.is_complete() else None
+        rows.append({"notebook": s.notebook.stem, "kind": run_kind(s.notebook.stem, s.params),
+                     "seconds": None if d is None else float(d)})
+    df = pd.DataFrame(rows, columns=["notebook", "kind", "seconds"]).astype({"seconds": float})
+    by_kind = df.groupby(["notebook", "kind"]).seconds.median()
+    by_notebook = df.groupby("notebook").seconds.median()
+    fill = [by_kind.get((n, k)) if pd.notna(by_kind.get((n, k))) else by_notebook.get(n)
+            for n, k in zip(df.notebook, df.kind)]
+    df["estimated"] = df.seconds.fillna(pd.Series(fill, index=df.index, dtype=float))
+    table = df.groupby("notebook").agg(runs=("kind", "size"), recorded=("seconds", "count"),
+                                       hours=("seconds", "sum"), median=("seconds", "median"),
+                                       estimated=("estimated", lambda e: e.sum(min_count=1))).reset_index()
+    total = pd.DataFrame([{"notebook": "all", "runs": len(df), "recorded": int(df.seconds.count()),
+                           "hours": df.seconds.sum(), "median": df.seconds.median(),
+                           "estimated": table.estimated.sum(min_count=len(table))}])
+    table = pd.concat([table, total], ignore_index=True)
+    table["hours"] = table["hours"] / 3600
+    table["median_minutes"] = table.pop("median") / 60
+    table["estimated_hours"] = table.pop("estimated") / 3600
+    return table[["notebook", "runs", "recorded", "hours", "median_minutes", "estimated_hours"]]

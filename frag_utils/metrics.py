@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from . import prompts
+from . import models, prompts
 from .prompts import IGNORE, batches, collate, encode_qa, end_of_turn_id, prompt_ids
 
 UTILITY_SETS = ("retain_perturbed", "real_authors_perturbed", "world_facts_perturbed")
@@ -125,13 +125,18 @@ def grouped_answer_stats(model: Any, tokenizer: Any, groups: Sequence[tuple[str,
         mask = torch.cat([head["attention_mask"][owner], body["attention_mask"]], dim=1)
         lengths = torch.tensor([len(prompts[i]) for i, _ in rows])
         positions = lengths[:, None] + torch.arange(body["input_ids"].shape[1])[None]
+        head = models.output_head(model)  # None: the model's own full logits
         with _autocast(bf16, device):
-            logits = model(input_ids=body["input_ids"].to(device), attention_mask=mask.to(device),
-                           position_ids=positions.to(device), past_key_values=cache).logits
+            res = model(input_ids=body["input_ids"].to(device), attention_mask=mask.to(device),
+                        position_ids=positions.to(device), past_key_values=cache,
+                        **({"output_hidden_states": True, "logits_to_keep": 1} if head is not None else {}))
+        body_out = res.hidden_states[-1] if head is not None else res.logits
         stats = []
         for r, (i, a) in enumerate(rows):
             tgt = torch.tensor(a, device=device)
-            lp = torch.cat([first_logp[i][None], torch.log_softmax(logits[r, :len(a) - 1].float(), dim=-1)])  # [n, V]
+            with _autocast(bf16, device):  # only the answer's own positions, not the batch's padding
+                logits = head(body_out[r, :len(a) - 1]) if head is not None else body_out[r, :len(a) - 1]
+            lp = torch.cat([first_logp[i][None], torch.log_softmax(logits.float(), dim=-1)])  # [n, V]
             stats.append(AnswerStats(lp.gather(-1, tgt[:, None])[:, 0].cpu(), (lp.argmax(-1) == tgt).cpu()))
         it = iter(stats)
         out += [[next(it) for _ in ans] for ans in answers]
@@ -273,25 +278,73 @@ def probability_with_options(model: Any, tokenizer: Any, records: Sequence[dict]
         *correct_and_wrong_nll(model, tokenizer, records, batch_size, chat, bf16, "answer"))
 
 
-@torch.no_grad()
+# generation settings that would make a model's own ``generate`` differ from plain greedy decoding
+_PROCESSORS = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
+               "bad_words_ids": None, "suppress_tokens": None, "begin_suppress_tokens": None,
+               "forced_bos_token_id": None, "forced_eos_token_id": None, "sequence_bias": None,
+               "min_new_tokens": None, "min_length": 0}
+
+
 def generate_answers(model: Any, tokenizer: Any, questions: Sequence[str], max_new_tokens: int = 64,
                      batch_size: int = 16, chat: bool = True, bf16: bool = False) -> list[str]:
-    """Greedy answers, cut at the end of turn, special tokens removed."""
+    """Greedy answers, cut at the end of turn, special tokens removed.
+
+    Greedy decoding as ``model.generate(do_sample=False)`` does it (left-padded prompts, positions
+    counted from each prompt's first token, the key/value cache), except that a row leaves the
+    batch as soon as it has closed its turn: the batch shrinks instead of carrying finished answers
+    to the longest one (``tests/test_metrics.py`` checks the answers equal ``generate``'s).
+
+    Raises:
+        ValueError: the model's generation config asks for logit processing (a repetition
+            penalty, banned words, ...) that plain greedy decoding would not apply.
+    """
+    config = getattr(model, "generation_config", None)
+    asked = {k: getattr(config, k, None) for k, plain in _PROCESSORS.items()
+             if getattr(config, k, None) not in (None, plain)}
+    if asked:
+        raise ValueError(f"The model's generation config sets {asked}; the evaluation decodes greedily without "
+                         "logit processing (OpenUnlearning's do_sample=False). Reset these in its "
+                         "generation_config.json.")
     device = next(model.parameters()).device
     eot = end_of_turn_id(tokenizer)
     out: list[str] = []
     for chunk in batches(list(questions), batch_size):
-        batch = collate([{"input_ids": prompt_ids(tokenizer, q, chat)} for q in chunk],
-                        tokenizer.pad_token_id, side="left")
-        batch = {k: v.to(device) for k, v in batch.items()}
-        with _autocast(bf16, device):
-            gen = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False,
-                                 eos_token_id=eot, pad_token_id=tokenizer.pad_token_id)
-        for row in gen[:, batch["input_ids"].shape[1]:]:
-            row = row.tolist()
-            if eot in row:
-                row = row[:row.index(eot)]
+        for row in _greedy(model, [prompt_ids(tokenizer, q, chat) for q in chunk], max_new_tokens, eot,
+                           tokenizer.pad_token_id, device, bf16):
             out.append(tokenizer.decode(row, skip_special_tokens=True).strip())
+    return out
+
+
+@torch.no_grad()
+def _greedy(model: Any, prompts: Sequence[list[int]], max_new_tokens: int, eot: int, pad: int,
+            device: torch.device, bf16: bool) -> list[list[int]]:
+    """Greedy continuations of ``prompts`` (token ids), each cut before its end-of-turn token."""
+    batch = collate([{"input_ids": p} for p in prompts], pad, side="left")
+    ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
+    positions = (mask.cumsum(1) - 1).clamp(min=0)
+    alive = list(range(len(prompts)))  # rows still answering, in batch order
+    out: list[list[int]] = [[] for _ in prompts]
+    cache = None
+    for step in range(max_new_tokens):
+        with _autocast(bf16, device):
+            res = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
+                        use_cache=True, logits_to_keep=1)
+        cache = res.past_key_values
+        nxt = res.logits[:, -1].float().argmax(-1)
+        keep = []
+        for i, (row, token) in enumerate(zip(alive, nxt.tolist())):
+            if token != eot:
+                out[row].append(token)
+                keep.append(i)
+        if not keep or step == max_new_tokens - 1:
+            break
+        if len(keep) < len(alive):  # finished rows leave the batch and its cache
+            index = torch.tensor(keep, device=device)
+            cache.batch_select_indices(index)
+            alive, mask, nxt, positions = [alive[i] for i in keep], mask[index], nxt[index], positions[index]
+        ids = nxt[:, None]
+        mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=1)
+        positions = positions[:, -1:] + 1
     return out
 
 
@@ -503,7 +556,7 @@ def evaluate_model_cached(model_id: str, data_source: str, forget_split: str, li
     way (a target read by many runs, an unlearned model and its attacks, one model on three splits)
     computes each half once.
     """
-    from . import cache, data, models
+    from . import cache, data
 
     loaded: list = []
 

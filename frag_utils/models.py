@@ -259,6 +259,41 @@ def load_record(folder: str | Path) -> dict | None:
     return json.loads(file.read_text()) if file.is_file() else None
 
 
+def output_head(model: Any) -> Any | None:
+    """The model's output embedding when its logits are that linear map of its last hidden state
+    and its forward takes ``logits_to_keep`` (Llama, SmolLM2; a peft or DDP wrapper of one), so that
+    a caller may project only the positions it scores; None otherwise (logit soft-capping or
+    scaling), and the caller takes the full logits."""
+    import inspect
+
+    inner = getattr(model, "module", model)  # DDP's wrapped model
+    base = inner.get_base_model() if hasattr(inner, "get_base_model") else inner  # peft's
+    config = getattr(base, "config", None)
+    if not hasattr(base, "get_output_embeddings") or getattr(config, "final_logit_softcapping", None) \
+            or getattr(config, "logit_scale", None) not in (None, 1.0) \
+            or "logits_to_keep" not in inspect.signature(base.forward).parameters:
+        return None
+    return base.get_output_embeddings()
+
+
+def check_template(name: str, *checkpoints: str | Path) -> None:
+    """Refuse to score or train ``checkpoints`` with prompt template ``name`` when one was made
+    under another: a model fine-tuned behind one system prompt and evaluated behind another answers
+    another question, silently. Checkpoints without a record saying (a hub model, the embedded
+    one) pass.
+
+    Raises:
+        ValueError: naming the checkpoint, the template it was made with and how to match it.
+    """
+    for folder in checkpoints:
+        settings = (load_record(folder) or {}).get("cache", {}).get("settings") if Path(folder).is_dir() else None
+        made_with = None if settings is None else settings.get("prompt_template", "model")
+        if made_with not in (None, name):
+            raise ValueError(f"{folder} was made with prompt_template {made_with!r}, and this run uses {name!r}; "
+                             f"set prompt_template: {made_with} (the profile's parameter files set it for every "
+                             "notebook).")
+
+
 def weights_sha256(name_or_path: str | Path) -> str | None:
     """sha256 over a checkpoint's tensors: name, dtype, shape and raw bytes of each, in name order.
 

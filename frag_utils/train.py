@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
+import torch.nn.functional as F
 from torch.utils.data import Dataset
+from transformers import Trainer
 
 from . import cache, models, numerics
 from .progress import progress_enabled, quiet_transformers
-from .prompts import collate, encode_qa
+from .prompts import IGNORE, collate, encode_qa
 from .records import seed_everything
 
 
@@ -45,6 +47,7 @@ class TrainConfig:
     seed: int = 42
     max_len: int = 256  # tokens per example, longer ones are cut
     chat: bool = True  # the model's chat template around each pair
+    group_by_length: bool = False  # batches of similar length (an epoch still sees every example once)
     device: str = "auto"  # auto (a GPU when one is visible) | cpu | cuda; where, not what: left out of as_dict
 
     def __post_init__(self) -> None:
@@ -120,10 +123,57 @@ def steps_per_epoch(n_examples: int, config: TrainConfig, devices: int | None = 
     return max(1, -(-batches // config.grad_accum))
 
 
+def answer_token_nll(model: Any, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-forced NLL of each answer token, the vocabulary projection computed only where a
+    label is scored.
+
+    The model runs once with ``logits_to_keep=1`` and returns its final hidden states; only the
+    positions whose next token carries a label (about a third at SmolLM2's prompt lengths) go
+    through the output embedding, the 49,152-way projection that is a fifth of a step's compute at
+    SmolLM2's size. The numbers are those of the full-logits loss (``tests/test_train.py``). A model
+    whose output is not a plain linear projection of its last hidden state (logit soft-capping or
+    scaling), or without ``logits_to_keep``, gets its full logits instead.
+
+    Returns:
+        ``(nll [B, T-1], mask [B, T-1])``: at position ``t`` the NLL of token ``t+1`` (0 where it is
+        not an answer token), and the mask of answer tokens.
+    """
+    labels = batch["labels"]
+    targets = labels[:, 1:]
+    mask = targets != IGNORE
+    head = models.output_head(model)
+    ids, attention = batch["input_ids"], batch["attention_mask"]
+    if head is not None:
+        out = model(input_ids=ids, attention_mask=attention, output_hidden_states=True, logits_to_keep=1,
+                    use_cache=False)
+        logits = head(out.hidden_states[-1][:, :-1][mask])
+    else:
+        logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits[:, :-1][mask]
+    nll = torch.zeros(targets.shape, dtype=torch.float32, device=logits.device)
+    nll[mask] = F.cross_entropy(logits.float(), targets[mask], reduction="none")
+    return nll, mask
+
+
+class AnswerLossTrainer(Trainer):
+    """``Trainer`` with its default causal-LM loss (the mean NLL of the label tokens of the
+    accumulated batch), computed from :func:`answer_token_nll`: logits only at label positions."""
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        nll, mask = answer_token_nll(model, inputs)
+        # as the model's own loss: summed and divided by the label tokens of the accumulated batch
+        # when the Trainer counts them (models that take loss keyword arguments), else the batch mean
+        counted = self.model_accepts_loss_kwargs and num_items_in_batch is not None
+        loss = nll.sum() / (num_items_in_batch if counted else mask.sum())
+        if self.args.average_tokens_across_devices and counted:
+            loss = loss * self.accelerator.num_processes
+        return (loss, None) if return_outputs else loss
+
+
 def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: TrainConfig, work_dir: str | Path,
                  trainer_cls: type | None = None, collator: Callable | None = None, optim_args: str | None = None,
                  save_steps: int = 0, count_tokens: bool = False, **trainer_kwargs) -> Any:
-    """A ``Trainer`` for ``dataset`` with ``config``; ``trainer_cls`` may override ``compute_loss``.
+    """A ``Trainer`` for ``dataset`` with ``config``: :class:`AnswerLossTrainer` unless
+    ``trainer_cls`` (a ``Trainer`` with its own ``compute_loss``) is given.
 
     Checkpoints (weights and optimizer state) are saved to ``work_dir`` at every epoch end (every
     ``save_steps`` optimizer steps instead when it is positive), the newest one kept, so an
@@ -132,7 +182,7 @@ def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: TrainConf
     trainer counts the non-padding tokens it trains on (``state.num_input_tokens_seen``; batches
     with an ``attention_mask``).
     """
-    from transformers import Trainer, TrainingArguments
+    from transformers import TrainingArguments
 
     device = numerics.resolve_device(config.device)
     numerics.check_autocast(config.bf16, device)
@@ -156,9 +206,10 @@ def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: TrainConf
         optim_args=optim_args, save_total_limit=1, report_to="none", disable_tqdm=not progress_enabled(),
         log_level="info" if progress_enabled() else "error", remove_unused_columns=False,
         dataloader_num_workers=0, include_num_input_tokens_seen="non_padding" if count_tokens else "no",
+        train_sampling_strategy="group_by_length" if config.group_by_length else "random",
     )
     pad = tokenizer.pad_token_id
-    trainer = (trainer_cls or Trainer)(
+    trainer = (trainer_cls or AnswerLossTrainer)(
         model=model, args=args, train_dataset=dataset,
         data_collator=collator or (lambda examples: collate(examples, pad, side="right")), **trainer_kwargs)
     if config.weights == "bf16":

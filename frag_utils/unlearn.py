@@ -34,7 +34,6 @@ the MLP ``down_proj`` of blocks 5, 6, 7: ``rmu_trainable="down_proj"`` (that blo
 from __future__ import annotations
 
 import copy
-import inspect
 import re
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -255,44 +254,15 @@ class _PairingEpoch(TrainerCallback):
 # ---- loss pieces --------------------------------------------------------------------------
 
 
-def token_nll(model: nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
-    """Teacher-forced NLL of each label token, from the first answer position of the batch on.
-
-    The vocabulary projection is computed only from the position before the batch's first
-    answer token (``logits_to_keep``): prompt positions carry no label, and at SmolLM2's size
-    the projection is a large share of the compute and most of the activation memory.
-
-    Returns:
-        ``(nll [B, T'], mask [B, T'])``: the NLL of the labels of the last ``T'`` positions, 0 where
-        the label is not an answer token, and the mask of answer tokens.
-    """
-    labels = batch["labels"]
-    width = labels.shape[1]
-    has = (labels[:, 1:] != IGNORE).any(dim=0)  # [T-1], position t+1 carries an answer label
-    start = int(has.int().argmax()) if bool(has.any()) else width - 2  # first scoring position
-    kwargs = {"logits_to_keep": width - start} if _accepts_logits_to_keep(model) else {}
-    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], **kwargs).logits
-    logits = logits[:, -(width - start):]  # positions start..T-1
-    targets = labels[:, start + 1:]
-    nll = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), targets.flatten(), ignore_index=IGNORE,
-                          reduction="none").view(targets.shape)
-    return nll, targets != IGNORE
-
-
-def _accepts_logits_to_keep(model: nn.Module) -> bool:
-    inner = getattr(model, "module", model)  # DDP passes keyword arguments through
-    return "logits_to_keep" in inspect.signature(inner.forward).parameters
-
-
 def mean_answer_nll(model: nn.Module, batch: dict) -> torch.Tensor:
     """Mean NLL over all answer tokens of the batch (the Trainer's causal-LM loss), scalar."""
-    nll, mask = token_nll(model, batch)
+    nll, mask = train.answer_token_nll(model, batch)
     return nll.sum() / mask.sum().clamp_min(1)
 
 
 def sequence_logprob(model: nn.Module, batch: dict) -> torch.Tensor:
     """``log p(y | x)`` of each answer, summed over its tokens, [B]."""
-    nll, _ = token_nll(model, batch)
+    nll, _ = train.answer_token_nll(model, batch)
     return -nll.sum(dim=1)
 
 

@@ -1,4 +1,5 @@
 import json
+import math
 
 import pytest
 
@@ -6,20 +7,36 @@ from frag_utils import costs
 
 
 class _Spec:
-    def __init__(self, folder, notebook, seconds):
+    def __init__(self, folder, notebook, seconds, **params):
         self.notebook = type("N", (), {"stem": notebook})()
-        self.executed = folder / f"{notebook}-{seconds}.ipynb"
-        if seconds is not None:
-            self.executed.write_text(json.dumps({"metadata": {"papermill": {"duration": seconds}}}))
+        self.params = params
+        self.executed = folder / f"{notebook}-{len(list(folder.iterdir()))}.ipynb"
+        self.executed.write_text(json.dumps({"metadata": {"papermill": {"duration": seconds}}}))
+        self.recorded = seconds is not None
 
     def is_complete(self):
-        return self.executed.is_file()
+        return self.recorded
 
 
-def test_notebook_times_sum_the_recorded_durations(tmp_path):
-    specs = [_Spec(tmp_path, "05_unlearn", 600), _Spec(tmp_path, "05_unlearn", 1200),
-             _Spec(tmp_path, "06_attacks", 240), _Spec(tmp_path, "06_attacks", None)]  # the last not recorded: left out
+def test_notebook_times_sum_the_recorded_durations_and_estimate_the_rest_by_kind(tmp_path):
+    specs = [_Spec(tmp_path, "05_unlearn", 600, method="npo"), _Spec(tmp_path, "05_unlearn", 1200, method="npo"),
+             _Spec(tmp_path, "05_unlearn", 60, method="frp"),
+             _Spec(tmp_path, "05_unlearn", None, method="npo"),  # not recorded: the median NPO run, 900 s
+             _Spec(tmp_path, "05_unlearn", None, method="rmu"),  # no RMU run recorded: the notebook's median, 600 s
+             _Spec(tmp_path, "06_attacks", 240, attack_data="forget"),
+             _Spec(tmp_path, "06_attacks", None, attack_data="forget")]
     t = costs.notebook_times(specs).set_index("notebook")
-    assert t.loc["05_unlearn", "runs"] == 2 and t.loc["05_unlearn", "hours"] == pytest.approx(0.5)
-    assert t.loc["05_unlearn", "median_minutes"] == pytest.approx(15)
-    assert t.loc["all", "runs"] == 3 and t.loc["all", "hours"] == pytest.approx(2040 / 3600)
+    assert t.loc["05_unlearn", "runs"] == 5 and t.loc["05_unlearn", "recorded"] == 3
+    assert t.loc["05_unlearn", "hours"] == pytest.approx(1860 / 3600)
+    assert t.loc["05_unlearn", "median_minutes"] == pytest.approx(10)
+    assert t.loc["05_unlearn", "estimated_hours"] == pytest.approx((1860 + 900 + 600) / 3600)
+    assert t.loc["06_attacks", "estimated_hours"] == pytest.approx(480 / 3600)
+    assert t.loc["all", "runs"] == 7 and t.loc["all", "recorded"] == 4
+    assert t.loc["all", "estimated_hours"] == pytest.approx((3360 + 480) / 3600)
+
+
+def test_a_notebook_with_nothing_recorded_cannot_be_estimated(tmp_path):
+    t = costs.notebook_times([_Spec(tmp_path, "05_unlearn", 60, method="frp"),
+                              _Spec(tmp_path, "06_attacks", None, attack_data="retain")]).set_index("notebook")
+    assert math.isnan(t.loc["06_attacks", "estimated_hours"]) and math.isnan(t.loc["all", "estimated_hours"])
+    assert t.loc["05_unlearn", "estimated_hours"] == pytest.approx(60 / 3600)

@@ -53,3 +53,18 @@ def test_embedded_smollm2_is_a_real_llama_that_answers():
 
     assert "Paris" in generate_answers(model, tokenizer, ["What is the capital of France?"], 16)[0]
     assert models.smollm2_gguf_path().suffix == ".gguf"
+
+
+def test_a_checkpoint_is_not_scored_behind_another_prompt_than_it_was_made_with(tmp_path):
+    made = tmp_path / "made"
+    made.mkdir()
+    models.write_record(made, {"cache": {"settings": {"prompt_template": "openunlearning"}}})
+    with pytest.raises(ValueError, match="with prompt_template 'openunlearning'.*set prompt_template: openunlearning"):
+        models.check_template("model", made)
+    models.check_template("openunlearning", made)
+    trained = tmp_path / "trained"  # notebook 02 writes the template only when it is not the default
+    trained.mkdir()
+    models.write_record(trained, {"cache": {"settings": {"split": "full"}}})
+    with pytest.raises(ValueError, match="made with prompt_template 'model'"):
+        models.check_template("openunlearning", trained)
+    models.check_template("openunlearning", models.SMOLLM2, tmp_path / "no_record")  # nothing says: passes

@@ -2,7 +2,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from frag_utils import metrics, models, train
+from frag_utils import data, metrics, models, train
 
 from conftest import same_weights
 
@@ -96,3 +96,48 @@ def test_steps_per_epoch_count_every_process_of_a_launch(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")  # accelerate launch / torchrun with two processes
     assert train.steps_per_epoch(30, cfg) == 2  # ceil(ceil(30 / 8) / 2): the warmup follows
     assert train.steps_per_epoch(30, cfg, devices=1) == 4
+
+
+def _trainers(model, tokenizer, recs, tmp_path):
+    """The Trainer's default loss and :class:`train.AnswerLossTrainer` on one batch of ``recs``."""
+    from transformers import Trainer
+
+    ds = train.QADataset(tokenizer, recs)
+    cfg = train.TrainConfig(batch_size=len(recs), grad_accum=1, seed=0, device="cpu")
+    default = train.make_trainer(model, tokenizer, ds, cfg, tmp_path / "d", trainer_cls=Trainer)
+    ours = train.make_trainer(model, tokenizer, ds, cfg, tmp_path / "o")
+    batch = default.data_collator([ds[i] for i in range(len(ds))])
+    return default, ours, batch
+
+
+@pytest.mark.parametrize("which", ["tiny", "smollm2", "smollm2_lora"])
+def test_label_position_loss_equals_the_trainers_default_loss(which, tokenizer, qa_records, tmp_path):
+    """The loss from logits at label positions only equals the Trainer's causal-LM loss on full
+    logits (batch mean, and the sum over the accumulated batch's label tokens), and so do its
+    gradients; on the tiny model and on the embedded SmolLM2, plain and with LoRA adapters."""
+    if which == "tiny":
+        model = models.build_tiny_model(len(tokenizer), seed=0)
+    else:
+        model, _ = models.load_model(models.SMOLLM2)
+    if which.endswith("lora"):
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    model.train()
+    recs = [dict(r) for r in data.load_split("synthetic", "forget10", limit=20)]
+    default, ours, batch = _trainers(model, tokenizer, recs, tmp_path)
+    labelled = int((batch["labels"][:, 1:] != -100).sum())
+    assert labelled < 0.5 * batch["labels"].numel()  # the saving is real: most positions carry no label
+    for n_items in (None, torch.tensor(3 * labelled)):
+        grads = []
+        for trainer in (default, ours):
+            model.zero_grad()
+            loss = trainer.compute_loss(model, dict(batch), num_items_in_batch=n_items)
+            loss.backward()
+            grads.append((float(loss.detach()),
+                          {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
+        (a, ga), (b, gb) = grads
+        assert abs(a - b) <= 1e-6 * max(1.0, abs(a)), (n_items, a, b)
+        assert ga.keys() == gb.keys() and ga
+        worst = max(float((ga[k] - gb[k]).abs().max() / ga[k].abs().max().clamp_min(1e-12)) for k in ga)
+        assert worst < 1e-4, worst
