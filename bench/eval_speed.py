@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from frag_utils import data, metrics, models, paths, records
+from frag_utils import data, metrics, models, paths, prompts, records
 
 from _common import machine
 
@@ -25,7 +25,9 @@ def main() -> None:
     parser.add_argument("--split", default="forget10")
     parser.add_argument("--limit", type=int, default=0, help="first N records of each set (0: all)")
     parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--prompt-template", default="openunlearning", help="the smol profile's (prompts.TEMPLATES)")
     args = parser.parse_args()
+    prompts.set_template(args.prompt_template)
     model, tokenizer = models.load_model(args.model)
     limit = args.limit or None
     forget = data.load_split("synthetic", f"{args.split}_perturbed", limit)

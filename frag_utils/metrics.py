@@ -20,9 +20,10 @@ Every metric returns per-example values and the aggregate.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -93,10 +94,10 @@ def grouped_answer_stats(model: Any, tokenizer: Any, groups: Sequence[tuple[str,
 
     ``batch_size`` questions at a time: one forward pass over their prompts (left-padded, positions
     counted from each prompt's first token) keeps the key/value cache; their answers then run behind
-    it, each row reading its own question's cache. A question with seven answers (the answer, its
-    paraphrase, five perturbed ones) costs one prompt instead of seven, and logits are computed only
-    where an answer token is predicted. The same numbers as :func:`answer_stats` up to fp32
-    rounding (tested against it).
+    it, each row reading its own question's cache, ``2 * batch_size`` answers of similar length per
+    pass (less padding). A question with seven answers (the answer, its paraphrase, five perturbed
+    ones) costs one prompt instead of seven, and logits are computed only where an answer token is
+    predicted. The same numbers as :func:`answer_stats` up to fp32 rounding (tested against it).
 
     Args:
         groups: ``(question, [answer, ...])`` pairs.
@@ -118,29 +119,48 @@ def grouped_answer_stats(model: Any, tokenizer: Any, groups: Sequence[tuple[str,
                           position_ids=positions.to(device), use_cache=True, logits_to_keep=1)
         first_logp = torch.log_softmax(first.logits[:, -1].float(), dim=-1)  # [B, V]: each answer's first token
         rows = [(i, a) for i, ans in enumerate(answers) for a in ans]
-        owner = torch.tensor([i for i, _ in rows])
-        cache = first.past_key_values
-        cache.batch_select_indices(owner.to(device))  # each answer row reads its question's prompt
-        body = collate([{"input_ids": a} for _, a in rows], tokenizer.pad_token_id, side="right")
-        mask = torch.cat([head["attention_mask"][owner], body["attention_mask"]], dim=1)
-        lengths = torch.tensor([len(prompts[i]) for i, _ in rows])
-        positions = lengths[:, None] + torch.arange(body["input_ids"].shape[1])[None]
-        head = models.output_head(model)  # None: the model's own full logits
-        with _autocast(bf16, device):
-            res = model(input_ids=body["input_ids"].to(device), attention_mask=mask.to(device),
-                        position_ids=positions.to(device), past_key_values=cache,
-                        **({"output_hidden_states": True, "logits_to_keep": 1} if head is not None else {}))
-        body_out = res.hidden_states[-1] if head is not None else res.logits
-        stats = []
-        for r, (i, a) in enumerate(rows):
-            tgt = torch.tensor(a, device=device)
-            with _autocast(bf16, device):  # only the answer's own positions, not the batch's padding
-                logits = head(body_out[r, :len(a) - 1]) if head is not None else body_out[r, :len(a) - 1]
-            lp = torch.cat([first_logp[i][None], torch.log_softmax(logits.float(), dim=-1)])  # [n, V]
-            stats.append(AnswerStats(lp.gather(-1, tgt[:, None])[:, 0].cpu(), (lp.argmax(-1) == tgt).cpu()))
+        stats: list[AnswerStats | None] = [None] * len(rows)
+        # answers of similar length together: 2 * batch_size rows per pass, each behind a copy of
+        # the prompts' cache narrowed to the questions its rows answer
+        by_length = sorted(range(len(rows)), key=lambda r: len(rows[r][1]))
+        for sub in batches(by_length, 2 * batch_size):
+            scored = _score_answers(model, first.past_key_values, head["attention_mask"], [len(p) for p in prompts],
+                                    [rows[r][0] for r in sub], [rows[r][1] for r in sub], first_logp,
+                                    tokenizer.pad_token_id, device, bf16)
+            for r, x in zip(sub, scored):
+                stats[r] = x
         it = iter(stats)
         out += [[next(it) for _ in ans] for ans in answers]
     return out
+
+
+def _score_answers(model: Any, prompt_cache: Any, prompt_mask: torch.Tensor, prompt_lengths: Sequence[int],
+                   owner: Sequence[int], answers: Sequence[list[int]], first_logp: torch.Tensor, pad: int,
+                   device: torch.device, bf16: bool) -> list[AnswerStats]:
+    """Teacher-forced statistics of ``answers``, each behind its prompt's cached keys and values:
+    ``answers[r]`` answers prompt ``owner[r]`` of the cached batch (``prompt_mask`` [B, P],
+    ``prompt_lengths`` [B], ``first_logp`` [B, V] its next-token log-probabilities)."""
+    index = torch.tensor(list(owner))
+    cache = copy.deepcopy(prompt_cache)
+    cache.batch_select_indices(index.to(device))  # each answer row reads its question's prompt
+    body = collate([{"input_ids": a} for a in answers], pad, side="right")
+    mask = torch.cat([prompt_mask[index], body["attention_mask"]], dim=1)
+    start = torch.tensor([prompt_lengths[i] for i in owner])
+    positions = start[:, None] + torch.arange(body["input_ids"].shape[1])[None]
+    proj = models.output_head(model)  # None: the model's own full logits
+    with _autocast(bf16, device):
+        res = model(input_ids=body["input_ids"].to(device), attention_mask=mask.to(device),
+                    position_ids=positions.to(device), past_key_values=cache,
+                    **({"output_hidden_states": True, "logits_to_keep": 1} if proj is not None else {}))
+    body_out = res.hidden_states[-1] if proj is not None else res.logits
+    stats = []
+    for r, (i, a) in enumerate(zip(owner, answers)):
+        tgt = torch.tensor(a, device=device)
+        with _autocast(bf16, device):  # only the answer's own positions, not the batch's padding
+            logits = proj(body_out[r, :len(a) - 1]) if proj is not None else body_out[r, :len(a) - 1]
+        lp = torch.cat([first_logp[i][None], torch.log_softmax(logits.float(), dim=-1)])  # [n, V]
+        stats.append(AnswerStats(lp.gather(-1, tgt[:, None])[:, 0].cpu(), (lp.argmax(-1) == tgt).cpu()))
+    return stats
 
 
 def es_from_hits(hits: torch.Tensor) -> float:
@@ -278,6 +298,9 @@ def probability_with_options(model: Any, tokenizer: Any, records: Sequence[dict]
         *correct_and_wrong_nll(model, tokenizer, records, batch_size, chat, bf16, "answer"))
 
 
+# greedy generation runs this many evaluation batches' worth of questions per pass (its rows leave
+# as they finish, so a wide pass costs little more than a narrow one and amortises each step)
+GENERATION_ROWS = 4
 # generation settings that would make a model's own ``generate`` differ from plain greedy decoding
 _PROCESSORS = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
                "bad_words_ids": None, "suppress_tokens": None, "begin_suppress_tokens": None,
@@ -312,6 +335,26 @@ def generate_answers(model: Any, tokenizer: Any, questions: Sequence[str], max_n
         for row in _greedy(model, [prompt_ids(tokenizer, q, chat) for q in chunk], max_new_tokens, eot,
                            tokenizer.pad_token_id, device, bf16):
             out.append(tokenizer.decode(row, skip_special_tokens=True).strip())
+    return out
+
+
+@torch.no_grad()
+def generate_answers_by_generate(model: Any, tokenizer: Any, questions: Sequence[str], max_new_tokens: int = 64,
+                                 batch_size: int = 16, chat: bool = True, bf16: bool = False) -> list[str]:
+    """:func:`generate_answers` through the model's own ``generate`` (greedy): the reference the
+    tests hold it to, and the path of :func:`evaluate_metric_by_metric`."""
+    device = next(model.parameters()).device
+    eot = end_of_turn_id(tokenizer)
+    out: list[str] = []
+    for chunk in batches(list(questions), batch_size):
+        batch = collate([{"input_ids": prompt_ids(tokenizer, q, chat)} for q in chunk], tokenizer.pad_token_id,
+                        side="left")
+        batch = {k: v.to(device) for k, v in batch.items()}
+        with _autocast(bf16, device):
+            gen = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eot,
+                                 pad_token_id=tokenizer.pad_token_id)
+        for row in gen[:, batch["input_ids"].shape[1]:].tolist():
+            out.append(tokenizer.decode(row[:row.index(eot)] if eot in row else row, skip_special_tokens=True).strip())
     return out
 
 
@@ -362,12 +405,19 @@ def rouge_l_recall(prediction: str, reference: str) -> float:
 
 
 def rouge(model: Any, tokenizer: Any, records: Sequence[dict], max_new_tokens: int = 64,
-          batch_size: int = 16, chat: bool = True, bf16: bool = False) -> dict:
-    """ROUGE-L recall of greedy answers against the reference answers."""
-    gens = generate_answers(model, tokenizer, [r["question"] for r in records], max_new_tokens,
-                            batch_size, chat, bf16)
-    values = [rouge_l_recall(g, r["answer"]) for g, r in zip(gens, records)]
-    return {"value": float(np.mean(values)), "per_example": values, "generations": gens}
+          batch_size: int = 16, chat: bool = True, bf16: bool = False,
+          generate: Callable[..., list[str]] | None = None) -> dict:
+    """ROUGE-L recall of greedy answers (``generate``, default :func:`generate_answers`) against
+    the reference answers."""
+    gens = (generate or generate_answers)(model, tokenizer, [r["question"] for r in records], max_new_tokens,
+                                          batch_size, chat, bf16)
+    return rouge_of(gens, records)
+
+
+def rouge_of(generations: Sequence[str], records: Sequence[dict]) -> dict:
+    """ROUGE-L recall of ``generations`` against the records' answers: value, per example, generations."""
+    values = [rouge_l_recall(g, r["answer"]) for g, r in zip(generations, records, strict=True)]
+    return {"value": float(np.mean(values)), "per_example": values, "generations": list(generations)}
 
 
 def harmonic_mean(values: Sequence[float]) -> float:
@@ -433,6 +483,10 @@ def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], m
         raise ValueError(f"Model Utility needs the sets {list(UTILITY_SETS)}; missing {missing}.")
     components, per_example = {}, {}
     kw = dict(batch_size=batch_size, chat=chat, bf16=bf16)
+    # the three sets' greedy answers in one go, GENERATION_ROWS batches' worth of rows per pass
+    questions = [r["question"] for name in UTILITY_SETS for r in sets[name]]
+    answers = iter(generate_answers(model, tokenizer, questions, max_new_tokens, GENERATION_ROWS * batch_size,
+                                    chat, bf16))
     for name in UTILITY_SETS:
         recs = sets[name]
         scored = scored_records(model, tokenizer, recs, paraphrase=name == "retain_perturbed", **kw)
@@ -443,7 +497,7 @@ def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], m
         else:  # no paraphrase: both numbers come from the same answer/perturbed NLLs
             results = {"probability": probability_with_options_from_nll(c, w),
                        "truth_ratio": truth_ratio_from_nll(c, w, "true_better")}
-        results["rouge"] = rouge(model, tokenizer, recs, max_new_tokens, **kw)
+        results["rouge"] = rouge_of([next(answers) for _ in recs], recs)
         for metric, res in results.items():
             components[f"{name}/{metric}"] = res["value"]
             per_example[f"{name}/{metric}"] = res["per_example"]
@@ -459,7 +513,7 @@ def evaluate_forget(model: Any, tokenizer: Any, forget_records: Sequence[dict], 
     scored = scored_records(model, tokenizer, forget_records, **kw)
     es, prob = _es_probability([x["answer"] for x in scored])
     tr = truth_ratio_from_nll(*_nlls(scored), "closer_to_1_better")
-    rg = rouge(model, tokenizer, forget_records, max_new_tokens, **kw)
+    rg = rouge(model, tokenizer, forget_records, max_new_tokens, GENERATION_ROWS * batch_size, chat, bf16)
     return {"es": es, "forget_probability": prob, "forget_truth_ratio": tr, "forget_rouge": rg}
 
 
@@ -498,22 +552,23 @@ def evaluate_metric_by_metric(model: Any, tokenizer: Any, forget_records: Sequen
                               max_new_tokens: int = 64, batch_size: int = 16) -> dict:
     """:func:`evaluate`'s numbers the slow way, for tests and benchmarks: metric by metric, each
     answer scored behind its own prompt, answers scored again by every metric that needs them (the
-    evaluation before grouped scoring)."""
+    evaluation before grouped scoring), greedy answers from the model's ``generate``."""
     kw = dict(batch_size=batch_size)
+    gen = dict(batch_size=batch_size, generate=generate_answers_by_generate)
     retain = utility_sets["retain_perturbed"]
     out = {"es": extraction_strength(model, tokenizer, forget_records, **kw)["value"],
            "forget_probability": probability(model, tokenizer, forget_records, **kw)["value"],
            "forget_truth_ratio": truth_ratio(model, tokenizer, forget_records, "closer_to_1_better", **kw)["value"],
-           "forget_rouge": rouge(model, tokenizer, forget_records, max_new_tokens, **kw)["value"],
+           "forget_rouge": rouge(model, tokenizer, forget_records, max_new_tokens, **gen)["value"],
            "es_retain": extraction_strength(model, tokenizer, retain, **kw)["value"]}
     components = {"retain_perturbed/probability": probability(model, tokenizer, retain, **kw)["value"],
                   "retain_perturbed/truth_ratio": truth_ratio(model, tokenizer, retain, "true_better", **kw)["value"],
-                  "retain_perturbed/rouge": rouge(model, tokenizer, retain, max_new_tokens, **kw)["value"]}
+                  "retain_perturbed/rouge": rouge(model, tokenizer, retain, max_new_tokens, **gen)["value"]}
     for name in UTILITY_SETS[1:]:
         c, w = correct_and_wrong_nll(model, tokenizer, utility_sets[name], correct_key="answer", **kw)
         components[f"{name}/probability"] = probability_with_options_from_nll(c, w)["value"]
         components[f"{name}/truth_ratio"] = truth_ratio_from_nll(c, w, "true_better")["value"]
-        components[f"{name}/rouge"] = rouge(model, tokenizer, utility_sets[name], max_new_tokens, **kw)["value"]
+        components[f"{name}/rouge"] = rouge(model, tokenizer, utility_sets[name], max_new_tokens, **gen)["value"]
     return {**out, **components, "model_utility": harmonic_mean(list(components.values()))}
 
 

@@ -197,20 +197,6 @@ def test_grouped_scoring_of_smollm2_equals_scoring_each_answer_alone(tokenizer):
             assert torch.equal(grouped.hits, one.hits)
 
 
-def _generate_reference(model, tok, questions, max_new_tokens, batch_size):
-    """The answers of ``model.generate`` (greedy), batch by batch, cut at the end of turn."""
-    from frag_utils.prompts import batches, collate, end_of_turn_id, prompt_ids
-
-    eot, out = end_of_turn_id(tok), []
-    for chunk in batches(list(questions), batch_size):
-        batch = collate([{"input_ids": prompt_ids(tok, q)} for q in chunk], tok.pad_token_id, side="left")
-        gen = model.generate(**batch, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eot,
-                             pad_token_id=tok.pad_token_id)
-        for row in gen[:, batch["input_ids"].shape[1]:].tolist():
-            out.append(tok.decode(row[:row.index(eot)] if eot in row else row, skip_special_tokens=True).strip())
-    return out
-
-
 def test_greedy_answers_equal_those_of_generate(tokenizer, partly_trained):
     """The lean greedy loop (finished rows leave the batch) answers as ``generate`` does: on the
     embedded SmolLM2 (some answers end early, some run to the limit) and on the tiny model."""
@@ -218,12 +204,12 @@ def test_greedy_answers_equal_those_of_generate(tokenizer, partly_trained):
     questions = [r["question"] for name in ("real_authors_perturbed", "world_facts_perturbed", "forget10_perturbed")
                  for r in data.load_split("synthetic", name, 12)]
     ours = metrics.generate_answers(model, tok, questions, 32, batch_size=16)
-    assert ours == _generate_reference(model, tok, questions, 32, 16)
+    assert ours == metrics.generate_answers_by_generate(model, tok, questions, 32, 16)
     lengths = [len(tok(a, add_special_tokens=False)["input_ids"]) for a in ours]
     assert min(lengths) < 20 and max(lengths) >= 30  # rows did leave early while others ran on
     tiny_questions = questions[:8]
     assert metrics.generate_answers(partly_trained, tokenizer, tiny_questions, 12, batch_size=8) == \
-        _generate_reference(partly_trained, tokenizer, tiny_questions, 12, 8)
+        metrics.generate_answers_by_generate(partly_trained, tokenizer, tiny_questions, 12, 8)
 
 
 def test_generation_refuses_a_config_that_is_not_plain_greedy(tiny, tokenizer):
