@@ -27,38 +27,48 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     return float(stats.spearmanr(x, y).statistic)
 
 
-def bootstrap_spearman(x: Sequence[float], y: Sequence[float], n_boot: int = 2000, level: float = 0.95,
-                       seed: int = 0) -> dict:
-    """Spearman's rho with a percentile bootstrap interval over resampled (x, y) pairs.
+def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], n_boot: int = 2000,
+                       level: float = 0.95, seed: int = 0) -> dict:
+    """Spearman's rho with a percentile bootstrap interval over resampled checkpoints.
 
-    Pairs with a non-finite value are dropped first (``n_dropped``). Resamples in which either
-    side is constant have no rho and are left out; their number is returned as ``n_degenerate``.
+    ``y[i]`` is one number, or the numbers of checkpoint ``i`` under several attack seeds. Rho is
+    taken against each checkpoint's mean over its seeds; each resample draws checkpoints with
+    replacement and, within each drawn checkpoint, its seeds with replacement, so the interval
+    carries both the choice of checkpoints and the seed noise (with one seed per checkpoint it is
+    the plain pairs bootstrap). Checkpoints whose ``x`` or every ``y`` is not finite are dropped
+    first (``n_dropped``); so are a checkpoint's non-finite seeds. Resamples in which either side is
+    constant have no rho and are left out; their number is returned as ``n_degenerate``.
 
     Returns:
-        ``{"rho", "low", "high", "n", "n_boot", "n_degenerate", "n_dropped"}``.
+        ``{"rho", "low", "high", "n", "n_seeds", "n_boot", "n_degenerate", "n_dropped"}``
+        (``n_seeds``: the seeds per checkpoint, as a list).
     Raises:
         ValueError: lengths differ, ``n_boot < 1`` or ``level`` outside (0, 1).
     """
     if n_boot < 1 or not 0 < level < 1:
         raise ValueError(f"n_boot must be >= 1 and level in (0, 1); got {n_boot}, {level}.")
-    x, y = np.asarray(x, float), np.asarray(y, float)
+    x = np.asarray(x, float)
     if len(x) != len(y):
         raise ValueError(f"x and y differ in length ({len(x)} and {len(y)}).")
-    finite = np.isfinite(x) & np.isfinite(y)
-    n_dropped = int((~finite).sum())
-    x, y = x[finite], y[finite]  # rho and its interval describe the same pairs
-    rho = spearman(x, y)
+    runs = [np.atleast_1d(np.asarray(v, float)) for v in y]
+    runs = [v[np.isfinite(v)] for v in runs]
+    keep = [i for i in range(len(x)) if np.isfinite(x[i]) and len(runs[i])]
+    n_dropped = len(x) - len(keep)
+    x, runs = x[keep], [runs[i] for i in keep]  # rho and its interval describe the same checkpoints
+    rho = spearman(x, [v.mean() for v in runs])
     rng = np.random.default_rng(seed)
     draws = []
     for _ in range(n_boot):
         idx = rng.integers(0, len(x), len(x))
-        draws.append(spearman(x[idx], y[idx]))
+        ys = [runs[i][rng.integers(0, len(runs[i]), len(runs[i]))].mean() if len(runs[i]) > 1 else runs[i][0]
+              for i in idx]
+        draws.append(spearman(x[idx], ys))
     draws = np.asarray(draws)
     ok = draws[~np.isnan(draws)]
     tail = (1 - level) / 2
     low, high = (np.quantile(ok, [tail, 1 - tail]) if len(ok) else (np.nan, np.nan))
-    return {"rho": rho, "low": float(low), "high": float(high), "n": len(x), "n_boot": n_boot,
-            "n_degenerate": int(len(draws) - len(ok)), "n_dropped": n_dropped}
+    return {"rho": rho, "low": float(low), "high": float(high), "n": len(x), "n_seeds": [len(v) for v in runs],
+            "n_boot": n_boot, "n_degenerate": int(len(draws) - len(ok)), "n_dropped": n_dropped}
 
 
 def healthy(df: pd.DataFrame, min_utility_fraction: float = 0.5) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -156,3 +156,28 @@ def test_authors_table3_holds_each_sources_numbers_and_they_agree_but_for_one_ce
     spread = t.groupby(["scale", "subset", "predictor"]).rho.agg(lambda r: r.max() - r.min())
     assert spread[spread > 0].index.tolist() == [("3B", "all", "l2")]
     assert (at[("3B", "all", "l2", paper)], at[("3B", "all", "l2", reproduce)]) == (-0.17, -0.16)
+
+
+def test_bootstrap_over_seeds_carries_the_seed_noise_and_reduces_to_the_pairs_bootstrap():
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=14)
+    truth = -x + rng.normal(scale=0.5, size=14)
+    quiet = [[v, v, v] for v in truth]  # three seeds that agree: the checkpoint bootstrap alone
+    noisy = [v + rng.normal(scale=1.5, size=3) for v in truth]
+    plain = A.bootstrap_spearman(x, truth, n_boot=3000, seed=7)
+    same = A.bootstrap_spearman(x, quiet, n_boot=3000, seed=7)
+    assert same["rho"] == plain["rho"] and same["n_seeds"] == [3] * 14
+    assert same["low"] == pytest.approx(plain["low"], abs=0.05)
+    assert same["high"] == pytest.approx(plain["high"], abs=0.05)
+    wide = A.bootstrap_spearman(x, noisy, n_boot=3000, seed=7)
+    means = A.bootstrap_spearman(x, [np.mean(v) for v in noisy], n_boot=3000, seed=7)
+    assert wide["rho"] == means["rho"]  # rho against each checkpoint's mean over its seeds
+    assert wide["high"] - wide["low"] > (means["high"] - means["low"]) + 0.05  # and the seeds widen the interval
+
+
+def test_bootstrap_over_seeds_drops_non_finite_seeds_and_empty_checkpoints():
+    x = [1.0, 2.0, 3.0, 4.0, 5.0]
+    y = [[0.5, np.nan], [0.4], [np.nan], [0.2, 0.25], [0.1]]
+    res = A.bootstrap_spearman(x, y, n_boot=200, seed=0)
+    assert res["n"] == 4 and res["n_dropped"] == 1 and res["n_seeds"] == [1, 1, 2, 1]
+    assert res["rho"] == pytest.approx(-1.0)
