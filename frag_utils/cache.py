@@ -3,9 +3,10 @@ calibration norms, the resumable state of a training).
 
 A key names everything that determines the artefact: its kind, the settings that made it, the
 identity of the models it was made from (:func:`model_identity`: a cached checkpoint stands for its
-own key, so keys chain), and a hash of the package's source (:func:`source_hash`). Editing any
-file of ``frag_utils/`` (an equation, a loss, a metric) therefore makes every cached artefact
-stale: a rerun remakes it instead of handing back what the old code made.
+own key, so keys chain), and a hash of the package's computing code (:func:`source_hash`). Editing
+an equation, a loss or a metric therefore makes every cached artefact stale: a rerun remakes it
+instead of handing back what the old code made. Editing the runner, a table or the command line
+(:data:`NOT_COMPUTING`) does not.
 
 A cached checkpoint keeps its key, and what the key was computed from, in its ``frag_record.json``
 (:func:`checkpoint`), so the runner can tell whether it is still current (:func:`is_current`)
@@ -22,12 +23,22 @@ from typing import Any, Callable
 
 from . import paths
 
+# Modules that plan, run, collect or report what the others compute: no cached artefact depends on
+# their code, so editing a table, the runner or the command line keeps every cache (a grid that
+# runs for sessions survives the work beside it). ``tests/test_cache.py`` holds that no other
+# module imports one of them; a new module counts as computing until it is named here.
+NOT_COMPUTING = frozenset({"__main__", "analysis", "cli", "collect", "costs", "drift", "dryrun", "launch",
+                           "parameters", "plots", "readme", "runs", "tables"})
+
 
 @lru_cache(maxsize=1)
 def source_hash() -> str:
-    """sha256 of every ``frag_utils/*.py`` (names and bytes), read once per process."""
+    """sha256 of the package's computing code: every ``frag_utils/*.py`` (names and bytes) but
+    :data:`NOT_COMPUTING`, read once per process."""
     digest = hashlib.sha256()
     for f in sorted(paths.PACKAGE_DIR.rglob("*.py")):
+        if f.stem in NOT_COMPUTING:
+            continue
         digest.update(f"{f.relative_to(paths.PACKAGE_DIR)}\0".encode())
         digest.update(f.read_bytes())
     return digest.hexdigest()

@@ -57,19 +57,38 @@ def test_an_edit_of_the_package_source_remakes_the_checkpoint_the_evaluation_and
     assert cache.is_current(folder)
 
 
-def test_the_source_hash_sees_an_edited_loss(tmp_path, monkeypatch):
+def test_the_source_hash_sees_an_edited_loss_and_not_an_edited_table(tmp_path, monkeypatch):
     copy = tmp_path / "frag_utils"
     shutil.copytree(paths.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
     cache.source_hash.cache_clear()
     monkeypatch.setattr(paths, "PACKAGE_DIR", copy)
     try:
         before = cache.source_hash()
+        tables = copy / "tables.py"
+        tables.write_text(tables.read_text() + "\n# a table changed\n")
+        cache.source_hash.cache_clear()
+        assert cache.source_hash() == before
         unlearn = copy / "unlearn.py"
         unlearn.write_text(unlearn.read_text().replace("def npo_loss(", "def npo_loss(  ", 1))
         cache.source_hash.cache_clear()
         assert cache.source_hash() != before
     finally:
         cache.source_hash.cache_clear()
+
+
+def test_no_computing_module_imports_one_left_out_of_the_source_hash():
+    """A module left out of the hash must not decide a cached number: no module inside the hash
+    imports it (else an edit of it would change a result and keep the stale cache)."""
+    import ast
+
+    for f in sorted(paths.PACKAGE_DIR.glob("*.py")):
+        if f.stem in cache.NOT_COMPUTING:
+            continue
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                names = [node.module] if node.module else [a.name for a in node.names]
+                assert not set(names) & cache.NOT_COMPUTING, (f.name, names)
+    assert {f.stem for f in paths.PACKAGE_DIR.glob("*.py")} >= cache.NOT_COMPUTING  # no stale names
 
 
 def test_a_checkpoint_made_from_an_input_that_was_made_again_is_not_current(tmp_path, monkeypatch):
