@@ -37,7 +37,7 @@ def source_hash() -> str:
     :data:`NOT_COMPUTING`, read once per process."""
     digest = hashlib.sha256()
     for f in sorted(paths.PACKAGE_DIR.rglob("*.py")):
-        if f.stem in NOT_COMPUTING:
+        if f.parent == paths.PACKAGE_DIR and f.stem in NOT_COMPUTING:
             continue
         digest.update(f"{f.relative_to(paths.PACKAGE_DIR)}\0".encode())
         digest.update(f.read_bytes())

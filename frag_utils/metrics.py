@@ -147,18 +147,16 @@ def _score_answers(model: Any, prompt_cache: Any, prompt_mask: torch.Tensor, pro
     mask = torch.cat([prompt_mask[index], body["attention_mask"]], dim=1)
     start = torch.tensor([prompt_lengths[i] for i in owner])
     positions = start[:, None] + torch.arange(body["input_ids"].shape[1])[None]
-    proj = models.output_head(model)  # None: the model's own full logits
-    with _autocast(bf16, device):
-        res = model(input_ids=body["input_ids"].to(device), attention_mask=mask.to(device),
-                    position_ids=positions.to(device), past_key_values=cache,
-                    **({"output_hidden_states": True, "logits_to_keep": 1} if proj is not None else {}))
-    body_out = res.hidden_states[-1] if proj is not None else res.logits
+    keep = body["attention_mask"].bool()  # position t of an answer predicts its token t+1: not the last
+    keep[torch.arange(len(answers)), torch.tensor([len(a) for a in answers]) - 1] = False
+    with _autocast(bf16, device):  # logits only at the answers' own positions, not the batch's padding
+        logits = models.logits_at(model, keep.to(device), input_ids=body["input_ids"].to(device),
+                                  attention_mask=mask.to(device), position_ids=positions.to(device),
+                                  past_key_values=cache)
     stats = []
-    for r, (i, a) in enumerate(zip(owner, answers)):
+    for (i, a), rows in zip(zip(owner, answers), logits.split([len(a) - 1 for a in answers])):
         tgt = torch.tensor(a, device=device)
-        with _autocast(bf16, device):  # only the answer's own positions, not the batch's padding
-            logits = proj(body_out[r, :len(a) - 1]) if proj is not None else body_out[r, :len(a) - 1]
-        lp = torch.cat([first_logp[i][None], torch.log_softmax(logits.float(), dim=-1)])  # [n, V]
+        lp = torch.cat([first_logp[i][None], torch.log_softmax(rows.float(), dim=-1)])  # [n, V]
         stats.append(AnswerStats(lp.gather(-1, tgt[:, None])[:, 0].cpu(), (lp.argmax(-1) == tgt).cpu()))
     return stats
 
@@ -305,7 +303,8 @@ GENERATION_ROWS = 4
 _PROCESSORS = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
                "bad_words_ids": None, "suppress_tokens": None, "begin_suppress_tokens": None,
                "forced_bos_token_id": None, "forced_eos_token_id": None, "sequence_bias": None,
-               "min_new_tokens": None, "min_length": 0}
+               "min_new_tokens": None, "min_length": 0, "num_beams": 1, "stop_strings": None,
+               "exponential_decay_length_penalty": None, "guidance_scale": None}
 
 
 def generate_answers(model: Any, tokenizer: Any, questions: Sequence[str], max_new_tokens: int = 64,
@@ -315,7 +314,8 @@ def generate_answers(model: Any, tokenizer: Any, questions: Sequence[str], max_n
     Greedy decoding as ``model.generate(do_sample=False)`` does it (left-padded prompts, positions
     counted from each prompt's first token, the key/value cache), except that a row leaves the
     batch as soon as it has closed its turn: the batch shrinks instead of carrying finished answers
-    to the longest one (``tests/test_metrics.py`` checks the answers equal ``generate``'s).
+    to the longest one (``tests/test_metrics.py`` checks the answers equal ``generate``'s, in fp32
+    on the CPU; in bf16 on a GPU another batch width can change kernels and flip a near tie).
 
     Raises:
         ValueError: the model's generation config asks for logit processing (a repetition

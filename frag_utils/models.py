@@ -259,21 +259,33 @@ def load_record(folder: str | Path) -> dict | None:
     return json.loads(file.read_text()) if file.is_file() else None
 
 
-def output_head(model: Any) -> Any | None:
-    """The model's output embedding when its logits are that linear map of its last hidden state
-    and its forward takes ``logits_to_keep`` (Llama, SmolLM2; a peft or DDP wrapper of one), so that
-    a caller may project only the positions it scores; None otherwise (logit soft-capping or
-    scaling), and the caller takes the full logits."""
+def takes_logits_to_keep(model: Any) -> bool:
+    """Whether ``model``'s forward takes ``logits_to_keep`` (Llama, SmolLM2; through a peft or DDP
+    wrapper), so a caller may ask for the logits of chosen positions only."""
     import inspect
 
     inner = getattr(model, "module", model)  # DDP's wrapped model
     base = inner.get_base_model() if hasattr(inner, "get_base_model") else inner  # peft's
-    config = getattr(base, "config", None)
-    if not hasattr(base, "get_output_embeddings") or getattr(config, "final_logit_softcapping", None) \
-            or getattr(config, "logit_scale", None) not in (None, 1.0) \
-            or "logits_to_keep" not in inspect.signature(base.forward).parameters:
-        return None
-    return base.get_output_embeddings()
+    return "logits_to_keep" in inspect.signature(base.forward).parameters
+
+
+def logits_at(model: Any, keep: Any, **inputs: Any) -> Any:
+    """``model(**inputs)``'s logits at the positions where ``keep`` [B, T] (bool) is True, [N, V]
+    in row-major order: only those positions are projected onto the vocabulary (a boolean
+    ``logits_to_keep``, inside the model's forward, so under its autocast, DDP and any output
+    scaling); the full logits, sliced, for a model without ``logits_to_keep``.
+
+    Raises:
+        ValueError: the model takes ``logits_to_keep`` but not as a boolean mask.
+    """
+    if not takes_logits_to_keep(model):
+        return model(**inputs).logits[keep]
+    logits = model(**inputs, logits_to_keep=keep).logits
+    if logits.shape[:-1] != (int(keep.sum()),):
+        raise ValueError(f"{type(model).__name__} takes logits_to_keep but not as a boolean mask (logits of shape "
+                         f"{tuple(logits.shape)} for {int(keep.sum())} positions); transformers >= 5 slices every "
+                         "model this way: update it, or use a model whose forward does.")
+    return logits
 
 
 def check_template(name: str, *checkpoints: str | Path) -> None:

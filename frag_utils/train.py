@@ -127,28 +127,21 @@ def answer_token_nll(model: Any, batch: dict) -> tuple[torch.Tensor, torch.Tenso
     """Teacher-forced NLL of each answer token, the vocabulary projection computed only where a
     label is scored.
 
-    The model runs once with ``logits_to_keep=1`` and returns its final hidden states; only the
-    positions whose next token carries a label (about a third at SmolLM2's prompt lengths) go
-    through the output embedding, the 49,152-way projection that is a fifth of a step's compute at
-    SmolLM2's size. The numbers are those of the full-logits loss (``tests/test_train.py``). A model
-    whose output is not a plain linear projection of its last hidden state (logit soft-capping or
-    scaling), or without ``logits_to_keep``, gets its full logits instead.
+    Only the positions whose next token carries a label (about a third at SmolLM2's prompt
+    lengths) go through the output embedding, the 49,152-way projection that is a fifth of a
+    step's compute at SmolLM2's size (:func:`frag_utils.models.logits_at`: inside the model's
+    forward, so under training's autocast and DDP as the full logits would be). The numbers and
+    gradients are those of the Trainer's full-logits loss (``tests/test_train.py``).
 
     Returns:
         ``(nll [B, T-1], mask [B, T-1])``: at position ``t`` the NLL of token ``t+1`` (0 where it is
         not an answer token), and the mask of answer tokens.
     """
-    labels = batch["labels"]
-    targets = labels[:, 1:]
+    targets = batch["labels"][:, 1:]
     mask = targets != IGNORE
-    head = models.output_head(model)
-    ids, attention = batch["input_ids"], batch["attention_mask"]
-    if head is not None:
-        out = model(input_ids=ids, attention_mask=attention, output_hidden_states=True, logits_to_keep=1,
-                    use_cache=False)
-        logits = head(out.hidden_states[-1][:, :-1][mask])
-    else:
-        logits = model(input_ids=ids, attention_mask=attention, use_cache=False).logits[:, :-1][mask]
+    keep = torch.cat([mask, torch.zeros_like(mask[:, :1])], dim=1)  # position t predicts token t+1
+    logits = models.logits_at(model, keep, input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                              use_cache=False)
     nll = torch.zeros(targets.shape, dtype=torch.float32, device=logits.device)
     nll[mask] = F.cross_entropy(logits.float(), targets[mask], reduction="none")
     return nll, mask

@@ -110,12 +110,14 @@ def _trainers(model, tokenizer, recs, tmp_path):
     return default, ours, batch
 
 
-@pytest.mark.parametrize("which", ["tiny", "smollm2", "smollm2_lora"])
+@pytest.mark.parametrize("which", ["tiny", "smollm2", "smollm2_autocast", "smollm2_lora"])
 def test_label_position_loss_equals_the_trainers_default_loss(which, tokenizer, qa_records, tmp_path):
     """The loss from logits at label positions only equals the Trainer's causal-LM loss on full
     logits (batch mean, and the sum over the accumulated batch's label tokens), and so do its
-    gradients; on the tiny model and on the embedded SmolLM2, plain and with LoRA adapters."""
-    if which == "tiny":
+    gradients; on the tiny model and on the embedded SmolLM2, plain and with LoRA adapters, and
+    with the model's forward wrapped in bf16 autocast as accelerate wraps it for ``bf16=True``
+    training (the projection must run inside it, as the full logits do)."""
+    if which.startswith("tiny"):
         model = models.build_tiny_model(len(tokenizer), seed=0)
     else:
         model, _ = models.load_model(models.SMOLLM2)
@@ -123,6 +125,8 @@ def test_label_position_loss_equals_the_trainers_default_loss(which, tokenizer, 
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    if which.endswith("autocast"):
+        model.forward = torch.autocast("cpu", dtype=torch.bfloat16)(model.forward)
     model.train()
     recs = [dict(r) for r in data.load_split("synthetic", "forget10", limit=20)]
     default, ours, batch = _trainers(model, tokenizer, recs, tmp_path)
@@ -137,7 +141,10 @@ def test_label_position_loss_equals_the_trainers_default_loss(which, tokenizer, 
             grads.append((float(loss.detach()),
                           {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
         (a, ga), (b, gb) = grads
-        assert abs(a - b) <= 1e-6 * max(1.0, abs(a)), (n_items, a, b)
+        # fp32: the same numbers to rounding; bf16 logits: the same to a bf16 GEMM's row blocking (a
+        # projection in fp32 outside autocast differs by about 1e-3 here)
+        loose = which.endswith("autocast")
+        assert abs(a - b) <= (1e-5 if loose else 1e-6) * max(1.0, abs(a)), (n_items, a, b)
         assert ga.keys() == gb.keys() and ga
         worst = max(float((ga[k] - gb[k]).abs().max() / ga[k].abs().max().clamp_min(1e-12)) for k in ga)
-        assert worst < 1e-4, worst
+        assert worst < (1e-2 if loose else 1e-4), worst
