@@ -102,8 +102,9 @@ def predictor_table(df: pd.DataFrame, subsets: dict[str, pd.Series] | None = Non
     Args:
         subsets: name -> boolean mask over ``df`` rows (default: ``{"all": every row}``).
     Returns:
-        One row per (subset, predictor): ``subset, predictor, n, rho, low, high,
-        degenerate_resamples`` (resamples without a rho, left out of the interval).
+        One row per (subset, predictor): ``subset, predictor, n`` (checkpoints), ``attacks`` (attack
+        runs behind them: more than ``n`` where a checkpoint's ``target`` is a list of seeds), ``rho,
+        low, high, degenerate_resamples`` (resamples without a rho, left out of the interval).
     """
     subsets = subsets or {"all": pd.Series(True, index=df.index)}
     rows = []
@@ -111,8 +112,9 @@ def predictor_table(df: pd.DataFrame, subsets: dict[str, pd.Series] | None = Non
         part = df[mask]
         for p in predictors:
             res = bootstrap_spearman(part[p], part[target], n_boot=n_boot, seed=seed)
-            rows.append({"subset": name, "predictor": p, "n": res["n"], "rho": res["rho"], "low": res["low"],
-                         "high": res["high"], "degenerate_resamples": res["n_degenerate"]})
+            rows.append({"subset": name, "predictor": p, "n": res["n"], "attacks": sum(res["n_seeds"]),
+                         "rho": res["rho"], "low": res["low"], "high": res["high"],
+                         "degenerate_resamples": res["n_degenerate"]})
     return pd.DataFrame(rows)
 
 

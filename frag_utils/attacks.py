@@ -17,11 +17,14 @@ peft), which the paper does not test.
 
 The reference schedule is OpenUnlearning's ``experiment=finetune/tofu/default`` as the authors'
 ``scripts/attack.sh`` runs it: one epoch, lr 1e-5, ``adamw_torch``, weight decay 0.01, effective
-batch 32, seed 42, and ``warmup_epochs: 1.0``, so the whole attack is linear warmup and its k-th of
-T steps applies ``lr k/T``. What the optimizer actually did is recorded (:func:`schedule_summary`:
-the rate of every step read from the optimizer, its peak and mean, the non-padding tokens trained
-on) and an attack of fewer than :data:`FEW_STEPS` steps is flagged. An attack that leaves the
-weights bit-identical (one step of warmup applies lr 0) is an error, never a silent no-op.
+batch 32, seed 42, and ``warmup_epochs: 1.0``, counted as OpenUnlearning counts it
+(:func:`frag_utils.train.warmup_steps`: ``len(data) // 32`` steps), so an attack on a multiple of
+32 records is linear warmup throughout (step k of T applies ``lr k/T``), one with a last partial
+batch applies the peak rate at that step, and one on fewer than 32 records is a single step at the
+peak. What the optimizer actually did is recorded (:func:`schedule_summary`: the rate of every
+step read from the optimizer, its peak and mean, the non-padding tokens trained on) and an attack
+of fewer than :data:`FEW_STEPS` steps is flagged. An attack that leaves the weights bit-identical
+(exactly 32 records: one step of warmup, at lr 0) is an error, never a silent no-op.
 
 Training goes through :func:`frag_utils.train.make_trainer` (Hugging Face ``Trainer``): progress
 bar, logging, seeding, several GPUs through ``accelerate``, and resumption from the newest saved
@@ -54,7 +57,7 @@ SPEC_FILE = "attack_spec.json"
 EPOCHS_FILE = "epoch_evaluations.json"
 STEPS_FILE = "optimizer_steps.json"
 # An attack of fewer optimizer steps is flagged: with warmup over the whole attack (the reference
-# schedule) its first step applies lr 0 and the others a fraction of the configured peak.
+# schedule) its first step applies lr 0 and most of the others a fraction of the configured peak.
 FEW_STEPS = 5
 # The paper marks an attack as not effective when it recovers nothing from any model.
 NOT_EFFECTIVE_BELOW = 0.10
@@ -77,7 +80,7 @@ class AttackConfig:
     batch_size: int = 8
     grad_accum: int = 4  # effective batch 32
     weight_decay: float = 0.01
-    warmup_epochs: float = 1.0  # reference: one epoch, i.e. a one-epoch attack never reaches its peak lr
+    warmup_epochs: float = 1.0  # reference: one epoch (train.warmup_steps: len(data) // effective batch steps)
     scheduler: str = "linear"
     bf16: bool = False  # bf16 autocast over the stored weights (GPU; refused on the CPU, which computes in fp32)
     weights: str = "fp32"  # storage: fp32 | bf16 (rounded after every step, as OpenUnlearning trains)
@@ -318,8 +321,8 @@ def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: A
         raise RuntimeError(
             f"The attack left every weight exactly as it was ({summary['global_steps']} optimizer step(s), "
             f"learning rates applied {summary['lr_per_step']}): an attack here must never be a silent no-op. "
-            "With warmup over the whole attack a single step applies lr 0; use more data, a smaller batch or "
-            "less warmup (work folder: " + str(work_dir) + ").")
+            "With warmup over the whole attack, a single step (exactly one effective batch of records) applies "
+            "lr 0; use more data, a smaller batch or less warmup (work folder: " + str(work_dir) + ").")
     summary.update(n_examples=len(dataset), config=config.as_dict(),
                    steps_per_epoch=train.steps_per_epoch(len(dataset), config.train_config()),
                    epochs={int(k): v for k, v in (epoch_eval.results if epoch_eval else {}).items()})

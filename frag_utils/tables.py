@@ -119,3 +119,27 @@ def seeds_table(rows: pd.DataFrame) -> pd.DataFrame:
                          seeds=by_model.count())
     table.insert(0, "es_before", rows.groupby("model", sort=False).es_before.first())
     return table.reset_index()
+
+
+def with_seed_repeats(chosen: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFrame:
+    """``chosen`` (one attacked checkpoint a row) with ``delta_es`` made the list of every ΔES
+    measured on that checkpoint: its own and those of ``repeats`` (the same attack at other seeds,
+    matched by ``unlearned_run`` and ``attack_data``), and ``attack_seeds`` their number. What
+    :func:`frag_utils.analysis.bootstrap_spearman` takes to carry the seed noise into an interval.
+
+    Raises:
+        ValueError: a repeat of a checkpoint ``chosen`` does not hold, or one attack run twice.
+    """
+    if not len(repeats):
+        return chosen.assign(delta_es=[[d] for d in chosen.delta_es], attack_seeds=1)
+    key = ["unlearned_run", "attack_data"]
+    known = set(map(tuple, chosen[key].to_numpy()))
+    stray = [r for r in repeats.itertuples() if (r.unlearned_run, r.attack_data) not in known]
+    if stray:
+        raise ValueError(f"seed repeats of attacks that are not among the chosen checkpoints: {[r.run for r in stray]}")
+    if pd.concat([chosen.run, repeats.run]).duplicated().any():
+        raise ValueError("one attack run is both a chosen checkpoint and a repeat of it")
+    extra = repeats.groupby(key).delta_es.apply(list).to_dict()
+    lists = [[d, *extra.get((u, a), [])] for d, u, a in zip(chosen.delta_es, chosen.unlearned_run, chosen.attack_data)]
+    return chosen.assign(delta_es=lists, attack_seeds=[len(v) for v in lists])
+

@@ -123,6 +123,16 @@ def steps_per_epoch(n_examples: int, config: TrainConfig, devices: int | None = 
     return max(1, -(-batches // config.grad_accum))
 
 
+def warmup_steps(n_examples: int, config: TrainConfig, devices: int | None = None) -> int:
+    """Linear-warmup steps as OpenUnlearning counts them (``load_trainer_args`` in its
+    ``src/trainer/__init__.py``): ``int(warmup_epochs * n_examples // (batch_size * grad_accum *
+    devices))``, floored on the records rather than taken from :func:`steps_per_epoch`. So a
+    one-epoch warmup ends before the step of a last partial batch, which applies the peak rate, and
+    a data set smaller than one effective batch is not warmed up at all."""
+    devices = world_size() if devices is None else devices
+    return int(config.warmup_epochs * n_examples // (config.batch_size * config.grad_accum * devices))
+
+
 def answer_token_nll(model: Any, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
     """Teacher-forced NLL of each answer token, the vocabulary projection computed only where a
     label is scored.
@@ -191,7 +201,7 @@ def make_trainer(model: Any, tokenizer: Any, dataset: Dataset, config: TrainConf
         output_dir=str(work_dir), num_train_epochs=config.epochs, learning_rate=config.lr,
         per_device_train_batch_size=config.batch_size, gradient_accumulation_steps=config.grad_accum,
         weight_decay=config.weight_decay, lr_scheduler_type=config.scheduler,
-        warmup_steps=int(round(config.warmup_epochs * n_steps)), optim=config.optimizer,
+        warmup_steps=warmup_steps(len(dataset), config), optim=config.optimizer,
         max_grad_norm=config.max_grad_norm, bf16=config.bf16, seed=config.seed, data_seed=config.seed,
         use_cpu=device == "cpu", logging_strategy="steps",
         logging_steps=max(1, n_steps // 4),

@@ -143,17 +143,19 @@ def _direct_schedule(peak, warmup, total):
 
 def test_attack_records_the_schedule_it_applied(tokenizer, unlearned, tmp_path):
     """The reference schedule (one epoch, warmup over that whole epoch): the rate each step applied,
-    read off the optimizer, is transformers' linear warmup (0, peak/T, ..., peak (T-1)/T); peak,
-    mean, steps and non-padding tokens match direct counts."""
-    records = A.attack_records("synthetic", "forget10", "forget_retain")[:40]
+    read off the optimizer, is transformers' linear schedule with OpenUnlearning's warmup count,
+    ``int(len(data) // effective batch)``; peak, mean, steps and non-padding tokens match direct
+    counts."""
+    records = A.attack_records("synthetic", "forget10", "forget_retain")[:36]
     cfg = A.AttackConfig(data="forget_retain", lr=1e-3, batch_size=4, grad_accum=2, seed=0)  # warmup 1 epoch
     _, summary = A.relearn(copy.deepcopy(unlearned[1]).requires_grad_(True), tokenizer, records, cfg, tmp_path)
-    total = math.ceil(math.ceil(40 / 4) / 2)  # 10 batches, 2 per optimizer step
-    assert summary["global_steps"] == total == 5
-    expected = _direct_schedule(cfg.lr, warmup=total, total=total)
-    assert expected == pytest.approx([cfg.lr * k / total for k in range(total)], rel=1e-12)  # the whole run warms up
+    total = math.ceil(math.ceil(36 / 4) / 2)  # 9 batches, 2 per optimizer step, the last one alone
+    warmup = int(1.0 * 36 // (4 * 2))  # OpenUnlearning's load_trainer_args: 4 steps, not 5
+    assert summary["global_steps"] == total == 5 and warmup == 4
+    expected = _direct_schedule(cfg.lr, warmup=warmup, total=total)
+    assert expected == pytest.approx([0.0, 2.5e-4, 5e-4, 7.5e-4, 1e-3], rel=1e-12)  # the partial batch at the peak
     assert summary["lr_per_step"] == pytest.approx(expected, rel=1e-12, abs=0)
-    assert summary["lr_peak"] == pytest.approx(cfg.lr * 4 / 5) and summary["lr_mean"] == pytest.approx(cfg.lr * 2 / 5)
+    assert summary["lr_peak"] == pytest.approx(cfg.lr) and summary["lr_mean"] == pytest.approx(cfg.lr / 2)
     tokens = sum(min(len(prompts.encode_qa(tokenizer, r["question"], r["answer"], True)["input_ids"]), cfg.max_len)
                  for r in records)
     assert summary["tokens_seen"] == tokens
@@ -163,15 +165,16 @@ def test_attack_records_the_schedule_it_applied(tokenizer, unlearned, tmp_path):
 
 def test_an_attack_of_few_steps_says_so_and_a_no_op_attack_is_refused(tokenizer, unlearned, tmp_path):
     records = A._qa(data.load_split("synthetic", "forget10"))[:8]
-    two = A.AttackConfig(data="forget", lr=1e-3, batch_size=4, grad_accum=1, seed=0)  # 2 steps: lr 0, then peak/2
-    _, summary = A.relearn(copy.deepcopy(unlearned[1]).requires_grad_(True), tokenizer, records, two, tmp_path / "a")
-    assert summary["global_steps"] == 2 and summary["lr_per_step"] == pytest.approx([0.0, 5e-4])
-    assert summary["few_steps"] and "only 2 optimizer step(s), fewer than 5" in summary["few_steps_warning"]
-    # one step of effective batch 32 over 8 records: warmup over that one step applies lr 0, and AdamW
-    # at lr 0 moves nothing (its weight decay is scaled by the rate too)
+    # fewer records than the effective batch of 32: no warmup (OpenUnlearning's count), one step at the peak
     one = A.AttackConfig(data="forget", lr=1e-3, batch_size=8, grad_accum=4, seed=0)
+    _, summary = A.relearn(copy.deepcopy(unlearned[1]).requires_grad_(True), tokenizer, records, one, tmp_path / "a")
+    assert summary["global_steps"] == 1 and summary["lr_per_step"] == pytest.approx([1e-3])
+    assert summary["few_steps"] and "only 1 optimizer step(s), fewer than 5" in summary["few_steps_warning"]
+    # exactly one effective batch: one step of warmup, at lr 0, and AdamW at lr 0 moves nothing (its
+    # weight decay is scaled by the rate too)
+    full = A.AttackConfig(data="forget", lr=1e-3, batch_size=8, grad_accum=1, seed=0)
     with pytest.raises(RuntimeError, match="an attack here must never be a silent no-op"):
-        A.relearn(copy.deepcopy(unlearned[1]).requires_grad_(True), tokenizer, records, one, tmp_path / "b")
+        A.relearn(copy.deepcopy(unlearned[1]).requires_grad_(True), tokenizer, records, full, tmp_path / "b")
 
 
 class _Interrupt(TrainerCallback):

@@ -80,3 +80,28 @@ def test_attack_rows_take_the_precision_and_label_from_the_unlearned_run():
     rows = tables.attack_rows(recs, method_by_run, lambda r: r["results"]["row"]["method"].upper())
     assert list(rows.weights) == ["bf16", "fp32"] and list(rows.model) == ["NPO", "GA"]
     assert list(rows.run) == ["06_attacks/a0", "06_attacks/a1"]
+
+
+def test_seed_repeats_turn_each_checkpoint_delta_into_its_list_of_seeds_and_widen_nothing_else():
+    from frag_utils import analysis
+
+    chosen = pd.DataFrame({"unlearned_run": ["a", "b", "c", "d"], "attack_data": "forget_retain",
+                           "method": ["npo", "rmu", "sp", "frp"], "l2_all": [1.0, 2.0, 3.0, 4.0],
+                           "delta_es": [0.4, 0.3, 0.2, 0.1], "run": ["a42", "b42", "c42", "d42"]})
+    repeats = pd.DataFrame({"unlearned_run": ["a", "a", "c"], "attack_data": "forget_retain",
+                            "delta_es": [0.0, 0.2, 0.6], "run": ["a1", "a2", "c1"]})
+    out = tables.with_seed_repeats(chosen, repeats)
+    assert out.delta_es.tolist() == [[0.4, 0.0, 0.2], [0.3], [0.2, 0.6], [0.1]]
+    assert out.attack_seeds.tolist() == [3, 1, 2, 1]
+    # rho is taken against each checkpoint's mean over its seeds (0.2, 0.3, 0.4, 0.1), computed here by hand
+    means = [0.2, 0.3, 0.4, 0.1]
+    res = analysis.bootstrap_spearman(out.l2_all, out.delta_es, n_boot=200)
+    assert res["rho"] == pytest.approx(analysis.spearman([1, 2, 3, 4], means)) and res["n_seeds"] == [3, 1, 2, 1]
+    table = analysis.paper_table3(out, predictors=("l2_all",), n_boot=200)
+    assert table.set_index("subset").attacks.to_dict() == {"all": 7, "w/o FRP": 6}
+    # without repeats every checkpoint is a list of one: the plain pairs bootstrap
+    assert tables.with_seed_repeats(chosen, repeats.iloc[:0]).delta_es.tolist() == [[0.4], [0.3], [0.2], [0.1]]
+    with pytest.raises(ValueError, match="not among the chosen"):
+        tables.with_seed_repeats(chosen, pd.concat([repeats, repeats.assign(unlearned_run="z", run="z1")]))
+    with pytest.raises(ValueError, match="both a chosen checkpoint and a repeat"):
+        tables.with_seed_repeats(chosen, repeats.assign(run=["a42", "a2", "c1"]))

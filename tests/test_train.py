@@ -94,8 +94,11 @@ def test_steps_per_epoch_count_every_process_of_a_launch(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     assert train.steps_per_epoch(30, cfg) == 4  # ceil(ceil(30 / 4) / 2): one process
     monkeypatch.setenv("WORLD_SIZE", "2")  # accelerate launch / torchrun with two processes
-    assert train.steps_per_epoch(30, cfg) == 2  # ceil(ceil(30 / 8) / 2): the warmup follows
+    assert train.steps_per_epoch(30, cfg) == 2  # ceil(ceil(30 / 8) / 2)
     assert train.steps_per_epoch(30, cfg, devices=1) == 4
+    # OpenUnlearning's warmup count floors the records over the effective batch of every process
+    warm = train.TrainConfig(epochs=2, batch_size=4, grad_accum=2, warmup_epochs=1.5)
+    assert train.warmup_steps(30, warm) == 2 and train.warmup_steps(30, warm, devices=1) == 5  # 45 // 16, 45 // 8
 
 
 def _trainers(model, tokenizer, recs, tmp_path):
