@@ -118,16 +118,6 @@ def predictor_table(df: pd.DataFrame, subsets: dict[str, pd.Series] | None = Non
     return pd.DataFrame(rows)
 
 
-def standardised(df: pd.DataFrame, predictors: Sequence[str] = PREDICTORS) -> pd.DataFrame:
-    """Each predictor as a z-score over the given rows (its own mean and standard deviation): the
-    ranking figure's scale, on which predictors of different units can be compared."""
-    out = df.copy()
-    for p in predictors:
-        sd = df[p].std(ddof=0)
-        out[p] = (df[p] - df[p].mean()) / sd if sd > 0 else 0.0
-    return out
-
-
 # The paper's Table 3 (the authors' analysis/table3_spearman.py): a fixed method list, one
 # checkpoint per method and forget split at its main setting, the forget+retain attack. GA is left
 # out by name as collapsed; no utility rule. Columns: all, and without FRP.

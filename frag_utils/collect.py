@@ -35,7 +35,8 @@ CHECK_COLUMNS = ["es", "model_utility", "l2_all", "A_f_x100", "A_r_x100", "FRAG_
                  "target_model_utility"]
 OTHER_ATTACK_KEYS = ("attack_data", "lr", "optimizer", "epochs", "lora_rank", "forget_split")
 PRUNING, DENSE = ("frp", "sp"), ("ga", "graddiff", "npo", "rmu")
-FIGURE_SOURCES = {"frontier": "predictors", "ranking": "predictors", "per_layer_frag": "methods"}  # else "horizon"
+FIGURE_SOURCES = {"frontier": "predictors", "table3_panels": "table3_by_precision", "frontier_table1": "table1",
+                  "per_layer_frag": "methods"}  # else "horizon"
 # how each table is written (:meth:`Collection.write`): formats per column (of those the table
 # has), a complete sort key, more provenance
 WRITE_OPTIONS: dict[str, dict] = {
@@ -74,6 +75,19 @@ def knobs(record: dict) -> dict[str, str]:
         p["frp_lam"], p["frp_veto"] = made.get("lam", ""), made.get("veto", "")
     used = [k for k in USES[method] if k != "frp_beta" or p["frp_variant"] in ("paper", "eq6")]
     return {k: (format(p[k], "g") if isinstance(p[k], float) else str(p[k])) if k in used else "" for k in KNOBS}
+
+
+METHOD_NAMES = {"ga": "GA", "graddiff": "GradDiff", "npo": "NPO", "rmu": "RMU", "sp": "SP", "frp": "FRP",
+                "gold": "gold"}
+
+
+def short_label(record: dict) -> str:
+    """The paper's name of a notebook-05 record's method (FRP with its veto P), for tables and
+    figures whose parameter file fixes every other setting (the file and the notebook say which)."""
+    method = _row(record)["method"]
+    if method == "frp":
+        return f"FRP (P {float(record['results'].get('made', {}).get('veto') or 0):g})"
+    return METHOD_NAMES.get(method, method)
 
 
 def _name(record: dict) -> str:
@@ -389,28 +403,30 @@ class Collection:
         (:func:`frag_utils.analysis.bootstrap_spearman`); Table 1 stays at the reference seed 42."""
         specs = self.planned("06_attacks", "06_attacks.table1.yaml")
         found = self.attacks_of_file("06_attacks.table1.yaml", every_split=True)
-        rows = tables.attack_rows(found, self.method_by_run, lambda r: self.label(_name(r)))
+        rows = tables.attack_rows(found, self.method_by_run, short_label)
         repeats = tables.attack_rows(self.attacks_of_file("06_attacks.table1_seeds.yaml", every_split=True),
-                                     self.method_by_run, lambda r: self.label(_name(r)))
+                                     self.method_by_run, short_label)
         fr = rows[rows.attack_data.eq("forget_retain")]
         main = {u for u in fr.unlearned_run if not (_row(self.method_by_run[u])["method"] == "frp"
                                                     and self.method_by_run[u]["results"].get("made", {}).get("veto"))}
-        by_precision = []
+        by_precision, checkpoints = [], []
         for weights, g in fr.groupby("weights"):
             chosen = analysis.paper_table3_checkpoints(g, main)
             if len(chosen) >= 4:
                 chosen = tables.with_seed_repeats(chosen, repeats[repeats.unlearned_run.isin(chosen.unlearned_run)])
                 table = analysis.table3_beside_authors(analysis.paper_table3(chosen, n_boot=n_boot))
                 by_precision.append(table.assign(weights=weights, checkpoints=len(chosen)))
+                checkpoints.append(chosen)
         self.sources["table1"] = self.sources["table1_per_split"] = list(rows.run)
-        self.sources["table3_by_precision"] = [*fr[fr.unlearned_run.isin(main)].run,
-                                               *repeats[repeats.unlearned_run.isin(main)].run]
+        table3_runs = [*fr[fr.unlearned_run.isin(main)].run, *repeats[repeats.unlearned_run.isin(main)].run]
+        self.sources["table3_by_precision"] = self.sources["table3_by_precision_checkpoints"] = table3_runs
         print(f"{len(found)} of {len(specs)} runs of 06_attacks.table1.yaml recorded, "
               f"{len(repeats)} of {len(self.planned('06_attacks', '06_attacks.table1_seeds.yaml'))} "
               "seed repeats of 06_attacks.table1_seeds.yaml")
         return {"rows": rows, "table1": tables.table1(rows) if len(rows) else pd.DataFrame(),
                 "per_split": tables.table1_per_split(rows),
-                "table3_by_precision": pd.concat(by_precision, ignore_index=True) if by_precision else pd.DataFrame()}
+                "table3_by_precision": pd.concat(by_precision, ignore_index=True) if by_precision else pd.DataFrame(),
+                "table3_checkpoints": pd.concat(checkpoints, ignore_index=True) if checkpoints else pd.DataFrame()}
 
     # -- issue 16's checks, the ablations, the controls ------------------------------------------
     def issue16_checks(self) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -55,26 +55,77 @@ def frontier(checkpoints: pd.DataFrame, profile: str, forget_split: str, thresho
     return fig
 
 
-def ranking(checkpoints: pd.DataFrame, profile: str) -> Any | None:
-    """Each predictor standardised, over the unlearned checkpoints ordered by increasing ΔES (a
-    predictor that ranks robustness rises left to right); None with fewer than two checkpoints."""
-    unlearned_only = checkpoints[checkpoints.kind.ne("gold")].sort_values("delta_es")
-    if unlearned_only.forget_split.nunique() > 1:  # pooled splits: the same model on two splits is two points
-        unlearned_only = unlearned_only.assign(model=unlearned_only.model + ", " + unlearned_only.forget_split)
-    if len(unlearned_only) < 2:
-        return None
+PREDICTOR_NAMES = {"l2_all": "global L2", "FRAG_x100": "FRAG gap (Eq. 5) x100", "A_f_x100": "cos(F, ΔW²) x100",
+                   "A_r_x100": "cos(R, ΔW²) x100"}
+SPLIT_SHORT = {"forget01": "f01", "forget05": "f05", "forget10": "f10"}
+
+
+def _short(model: str, split: str) -> str:
+    return f"{model} {SPLIT_SHORT.get(split, split)}"
+
+
+def table3_panels(checkpoints: pd.DataFrame, table: pd.DataFrame, subset: str = "all") -> Any:
+    """Table 3 as small multiples: a row of panels per weight precision, a panel per predictor.
+    Each checkpoint (``checkpoints``: ``weights``, ``model``, ``forget_split``, the predictors, and
+    ``delta_es`` as the list of its attack seeds) is a labelled marker at its mean ΔES, its seeds
+    faint dots above and below; the title gives ρ over ``subset`` with its interval (``table``:
+    :func:`frag_utils.analysis.paper_table3` rows with a ``weights`` column)."""
+    import numpy as np
+
     plt, sns = _pyplot()
-    z = analysis.standardised(unlearned_only).melt(id_vars=["model", "delta_es"], value_vars=list(analysis.PREDICTORS),
-                                                  var_name="predictor", value_name="z")
-    order = list(dict.fromkeys(z.model))  # one evenly spaced position per checkpoint, by increasing ΔES
-    z["position"] = z.model.map({m: i for i, m in enumerate(order)})
-    fig, ax = plt.subplots(figsize=(9, 5))
-    sns.lineplot(data=z, x="position", y="z", hue="predictor", marker="o", sort=False, ax=ax)
-    delta = z.drop_duplicates("model").set_index("model").delta_es
-    ax.set_xticks(range(len(order)))
-    ax.set_xticklabels([f"{m} · ΔES {delta[m]:.2f}" for m in order], rotation=60, ha="right",
-                       rotation_mode="anchor", fontsize=6)
-    ax.set(xlabel="checkpoint, by increasing ΔES", ylabel="standardised predictor", title=f"{profile}: ranking")
+    precisions = list(dict.fromkeys(checkpoints.weights))
+    predictors = analysis.PAPER_TABLE3_PREDICTORS
+    models = list(dict.fromkeys(checkpoints.model))
+    colour = dict(zip(models, sns.color_palette(n_colors=len(models))))
+    fig, axes = plt.subplots(len(precisions), len(predictors), squeeze=False,
+                             figsize=(3.1 * len(predictors), 2.8 * len(precisions)))
+    for i, weights in enumerate(precisions):
+        part = checkpoints[checkpoints.weights.eq(weights)]
+        rho = table[table.weights.eq(weights) & table.subset.eq(subset)].set_index("predictor")
+        for j, p in enumerate(predictors):
+            ax = axes[i][j]
+            for x, seeds, model, split in zip(part[p], part.delta_es, part.model, part.forget_split):
+                seeds = np.atleast_1d(np.asarray(seeds, float))
+                ax.scatter(np.full(len(seeds), x), seeds, s=7, color=colour[model], alpha=0.35, lw=0)
+                ax.scatter([x], [seeds.mean()], s=26, color=colour[model], edgecolor="black", lw=0.4)
+                ax.annotate(_short(model, split), (x, seeds.mean()), xytext=(3, 2), textcoords="offset points",
+                            fontsize=5)
+            r = rho.loc[p] if p in rho.index else None
+            stats = ""
+            if r is not None:
+                stats = (f"\nρ {r.rho:+.2f} [{r.low:+.2f}, {r.high:+.2f}]" if np.isfinite(r.rho)
+                         else "\nρ undefined (a constant)") + f", n {int(r.n)}, {int(r.attacks)} attacks"
+            ax.set_title(f"{weights}: {PREDICTOR_NAMES[p]}{stats}", fontsize=7)
+            ax.set_xlabel(PREDICTOR_NAMES[p], fontsize=7)
+            ax.set_ylabel("ΔES (forget+retain)" if j == 0 else "", fontsize=7)
+            ax.tick_params(labelsize=6)
+    fig.tight_layout()
+    return fig
+
+
+def frontier_by_precision(rows: pd.DataFrame, threshold: float = 0.10) -> Any:
+    """The robustness/utility frontier of the Table 1 grid: ΔES under the forget+retain attack
+    against Model Utility before it, a panel per weight precision, colour the method, marker the
+    split, each point labelled with both (``rows``: ``weights``, ``model``, ``forget_split``,
+    ``model_utility_before``, ``delta_es``)."""
+    from adjustText import adjust_text
+
+    plt, sns = _pyplot()
+    precisions = list(dict.fromkeys(rows.weights))
+    fig, axes = plt.subplots(1, len(precisions), figsize=(5.2 * len(precisions), 4.2), squeeze=False, sharey=True)
+    for ax, weights in zip(axes[0], precisions):
+        part = rows[rows.weights.eq(weights)]
+        sns.scatterplot(data=part, x="model_utility_before", y="delta_es", hue="model", style="forget_split", s=55,
+                        ax=ax, legend="brief" if ax is axes[0][-1] else False)
+        texts = [ax.text(x, y, _short(m, s), fontsize=6) for x, y, m, s in
+                 zip(part.model_utility_before, part.delta_es, part.model, part.forget_split)]
+        ax.axhline(threshold, color="grey", ls=":", lw=1)
+        ax.set(xlabel="Model Utility before the attack", ylabel="ΔES (forget+retain attack)",
+               title=f"weights {weights}")
+        fig.tight_layout()
+        adjust_text(texts, x=list(part.model_utility_before), y=list(part.delta_es), ax=ax, iter_lim=1000,
+                    arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5})
+    axes[0][-1].legend(bbox_to_anchor=(1.01, 1), loc="upper left", fontsize=6)
     fig.tight_layout()
     return fig
 
