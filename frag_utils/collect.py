@@ -49,6 +49,8 @@ WRITE_OPTIONS: dict[str, dict] = {
     "table3_paper_protocol": {"provenance": {"methods": list(analysis.PAPER_TABLE3_METHODS)}},
     "frp_released": {"sort_by": ["lambda", "veto_P"], "formats": {"lambda": "g", "veto_P": "g", "sparsity": "g"}},
     "precision": {"formats": {"moved_fraction": ".4f"}},
+    "claims": {"formats": {k: "+.2f" for k in ("paper_1B", "authors_recomputed_1B", "ours_bf16", "low",
+                                                              "high")}},
 }
 
 
@@ -419,7 +421,8 @@ class Collection:
                 checkpoints.append(chosen)
         self.sources["table1"] = self.sources["table1_per_split"] = list(rows.run)
         table3_runs = [*fr[fr.unlearned_run.isin(main)].run, *repeats[repeats.unlearned_run.isin(main)].run]
-        self.sources["table3_by_precision"] = self.sources["table3_by_precision_checkpoints"] = table3_runs
+        for name in ("table3_by_precision", "table3_by_precision_checkpoints", "claims"):
+            self.sources[name] = table3_runs
         print(f"{len(found)} of {len(specs)} runs of 06_attacks.table1.yaml recorded, "
               f"{len(repeats)} of {len(self.planned('06_attacks', '06_attacks.table1_seeds.yaml'))} "
               "seed repeats of 06_attacks.table1_seeds.yaml")

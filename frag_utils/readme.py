@@ -35,6 +35,7 @@ BLOCKS = {
        for v in ("lr", "optimizer", "data", "lora", "horizon")},
     "smol-seeds": "figures/smol_seeds/variant_seeds_delta_es.md",
     "smol-table3-paper": "figures/smol/table3_paper_protocol.md",
+    "smol-claims": "figures/smol/claims.md",
     "smol-frp-released": "figures/smol/frp_released.md",
     "smol-precision": "figures/smol/precision.md",
     "smol-grid-times": "figures/smol/grid_times.md",

@@ -174,3 +174,24 @@ def test_bootstrap_over_seeds_drops_non_finite_seeds_and_empty_checkpoints():
     res = A.bootstrap_spearman(x, y, n_boot=200, seed=0)
     assert res["n"] == 4 and res["n_dropped"] == 1 and res["n_seeds"] == [1, 1, 2, 1]
     assert res["rho"] == pytest.approx(-1.0)
+
+
+def test_claims_put_the_paper_the_authors_recomputation_and_ours_side_by_side_with_a_verdict_from_the_interval():
+    def row(subset, predictor, rho, low, high):
+        return {"weights": "bf16", "subset": subset, "predictor": predictor, "rho": rho, "low": low, "high": high,
+                "n": 15, "attacks": 45}
+    table3 = pd.DataFrame([row("all", "FRAG_x100", -0.7, -0.9, -0.3), row("w/o FRP", "FRAG_x100", -0.2, -0.7, 0.4),
+                           row("all", "A_f_x100", 0.6, 0.2, 0.9), row("all", "l2_all", 0.5, 0.1, 0.8),
+                           row("w/o FRP", "l2_all", 0.1, -0.5, 0.6)])
+    c = A.claims(table3).set_index(["subset", "predictor"])
+    frag = c.loc[("all", "FRAG_x100")]
+    # the paper's 1B row prints FRAG -0.92 (its cos F column); the authors recompute the gap as -0.66
+    assert (frag.paper_1B, frag.authors_recomputed_1B, frag.ours_bf16) == (-0.92, -0.66, -0.7)
+    assert frag.verdict.startswith("supported")
+    assert c.loc[("w/o FRP", "FRAG_x100")].verdict.startswith("not resolved")
+    assert c.loc[("all", "A_f_x100")].verdict.startswith("reversed") and np.isnan(c.loc[("all", "A_f_x100")].paper_1B)
+    # L2 against FRAG: -0.9..-0.3 lies below 0.5 and 0.1..0.8 above -0.7: L2 ranks worse, as the paper says
+    assert c.loc[("all", "l2_all")].verdict.startswith("supported") and c.loc[("all", "l2_all")].paper_1B == -0.56
+    assert c.loc[("w/o FRP", "l2_all")].verdict.startswith("not resolved")
+    empty = A.claims(table3.iloc[:0])
+    assert (empty.verdict == "not measured yet").all() and (empty.n == 0).all()
