@@ -27,6 +27,43 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     return float(stats.spearmanr(x, y).statistic)
 
 
+def _clean(xs: Sequence[Sequence[float]], y: Sequence[float | Sequence[float]]) -> tuple[list, list, int]:
+    """The checkpoints every ``x`` of ``xs`` and at least one seed of ``y`` are finite on: the x
+    arrays, the finite seeds of each, and how many checkpoints were dropped."""
+    xs = [np.asarray(x, float) for x in xs]
+    if any(len(x) != len(y) for x in xs):
+        raise ValueError(f"x and y differ in length ({[len(x) for x in xs]} and {len(y)}).")
+    runs = [np.atleast_1d(np.asarray(v, float)) for v in y]
+    runs = [v[np.isfinite(v)] for v in runs]
+    keep = [i for i in range(len(y)) if all(np.isfinite(x[i]) for x in xs) and len(runs[i])]
+    return [x[keep] for x in xs], [runs[i] for i in keep], len(y) - len(keep)
+
+
+def _resamples(runs: list, n_boot: int, seed: int):
+    """The bootstrap's resamples: checkpoint indices drawn with replacement and, for each drawn
+    checkpoint, the mean of its seeds drawn with replacement. The draws depend on the seeds' counts
+    only, so every predictor scored on the same checkpoints sees the same resamples (paired)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(n_boot):
+        idx = rng.integers(0, len(runs), len(runs))
+        ys = [runs[i][rng.integers(0, len(runs[i]), len(runs[i]))].mean() if len(runs[i]) > 1 else runs[i][0]
+              for i in idx]
+        yield idx, ys
+
+
+def _interval(draws: list, level: float) -> tuple[float, float, int]:
+    draws = np.asarray(draws, float)
+    ok = draws[~np.isnan(draws)]
+    tail = (1 - level) / 2
+    low, high = (np.quantile(ok, [tail, 1 - tail]) if len(ok) else (np.nan, np.nan))
+    return float(low), float(high), int(len(draws) - len(ok))
+
+
+def _check_boot(n_boot: int, level: float) -> None:
+    if n_boot < 1 or not 0 < level < 1:
+        raise ValueError(f"n_boot must be >= 1 and level in (0, 1); got {n_boot}, {level}.")
+
+
 def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], n_boot: int = 2000,
                        level: float = 0.95, seed: int = 0) -> dict:
     """Spearman's rho with a percentile bootstrap interval over resampled checkpoints.
@@ -45,30 +82,31 @@ def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]],
     Raises:
         ValueError: lengths differ, ``n_boot < 1`` or ``level`` outside (0, 1).
     """
-    if n_boot < 1 or not 0 < level < 1:
-        raise ValueError(f"n_boot must be >= 1 and level in (0, 1); got {n_boot}, {level}.")
-    x = np.asarray(x, float)
-    if len(x) != len(y):
-        raise ValueError(f"x and y differ in length ({len(x)} and {len(y)}).")
-    runs = [np.atleast_1d(np.asarray(v, float)) for v in y]
-    runs = [v[np.isfinite(v)] for v in runs]
-    keep = [i for i in range(len(x)) if np.isfinite(x[i]) and len(runs[i])]
-    n_dropped = len(x) - len(keep)
-    x, runs = x[keep], [runs[i] for i in keep]  # rho and its interval describe the same checkpoints
+    _check_boot(n_boot, level)
+    (x,), runs, n_dropped = _clean([x], y)  # rho and its interval describe the same checkpoints
     rho = spearman(x, [v.mean() for v in runs])
-    rng = np.random.default_rng(seed)
-    draws = []
-    for _ in range(n_boot):
-        idx = rng.integers(0, len(x), len(x))
-        ys = [runs[i][rng.integers(0, len(runs[i]), len(runs[i]))].mean() if len(runs[i]) > 1 else runs[i][0]
-              for i in idx]
-        draws.append(spearman(x[idx], ys))
-    draws = np.asarray(draws)
-    ok = draws[~np.isnan(draws)]
-    tail = (1 - level) / 2
-    low, high = (np.quantile(ok, [tail, 1 - tail]) if len(ok) else (np.nan, np.nan))
-    return {"rho": rho, "low": float(low), "high": float(high), "n": len(x), "n_seeds": [len(v) for v in runs],
-            "n_boot": n_boot, "n_degenerate": int(len(draws) - len(ok)), "n_dropped": n_dropped}
+    low, high, degenerate = _interval([spearman(x[idx], ys) for idx, ys in _resamples(runs, n_boot, seed)], level)
+    return {"rho": rho, "low": low, "high": high, "n": len(x), "n_seeds": [len(v) for v in runs],
+            "n_boot": n_boot, "n_degenerate": degenerate, "n_dropped": n_dropped}
+
+
+def bootstrap_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequence[float | Sequence[float]],
+                           n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
+    """ρ(x_b, ΔES) − ρ(x_a, ΔES) with a percentile interval from paired resamples (the same
+    checkpoints and seeds for both predictors, as :func:`bootstrap_spearman` draws them), over the
+    checkpoints both predictors are finite on: whether one predictor ranks robustness better than
+    another, which two separate intervals cannot say.
+
+    Returns:
+        ``{"gap", "low", "high", "n", "n_degenerate", "n_dropped"}``.
+    """
+    _check_boot(n_boot, level)
+    (a, b), runs, n_dropped = _clean([x_a, x_b], y)
+    means = [v.mean() for v in runs]
+    gap = spearman(b, means) - spearman(a, means)
+    low, high, degenerate = _interval([spearman(b[idx], ys) - spearman(a[idx], ys)
+                                       for idx, ys in _resamples(runs, n_boot, seed)], level)
+    return {"gap": gap, "low": low, "high": high, "n": len(runs), "n_degenerate": degenerate, "n_dropped": n_dropped}
 
 
 def healthy(df: pd.DataFrame, min_utility_fraction: float = 0.5) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -198,56 +236,65 @@ def table3_beside_authors(ours: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _verdict(low: float, high: float) -> str:
+def _verdict(low: float, high: float, above: str, below: str) -> str:
     if not (np.isfinite(low) and np.isfinite(high)):
         return "not measured yet"
     if high < 0:
-        return "supported: ρ < 0 with 95 % confidence"
+        return f"{below} with 95 % confidence"
     if low > 0:
-        return "reversed: ρ > 0 with 95 % confidence"
+        return f"{above} with 95 % confidence"
     return "not resolved: the interval includes 0"
 
 
-def claims(table3: pd.DataFrame, weights: str = "bf16") -> pd.DataFrame:
+# Table 3's checkpoints in the paper's protocol: 5 methods x 3 splits, 4 x 3 without FRP
+PLANNED_CHECKPOINTS = {"all": 15, "w/o FRP": 12}
+
+
+def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16", n_boot: int = 2000,
+           planned: dict[str, int] | None = None) -> pd.DataFrame:
     """The paper's Table 3 claims one per row, from this repository's Table 3 of one precision
-    (:meth:`frag_utils.collect.Collection.table1`'s ``table3_by_precision``): what the paper prints
-    at 1B, what the authors' recomputation from their checkpoints gives at 1B (their
-    ``docs/REPRODUCE.md``), this repository's ρ with its interval, and a verdict read off the
-    interval alone (:func:`_verdict`), never tuned by hand.
+    (:meth:`frag_utils.collect.Collection.table1`'s ``table3_by_precision`` and its checkpoints,
+    ``delta_es`` a list of seeds each): what the paper prints at 1B, what the authors' recomputation
+    from their checkpoints gives at 1B (their ``docs/REPRODUCE.md``), this repository's ρ with its
+    interval, and a verdict read off the interval alone, never set by hand.
 
     The FRAG rows are the Eq. 5 gap (the paper's printed FRAG column is cos(F, ΔW²) alone, its own
-    row here); the L2 row asks whether L2 ranks worse than FRAG: supported when FRAG's interval lies
-    wholly below L2's ρ and L2's interval wholly above FRAG's ρ.
+    row here, beside the printed value). The L2 rows ask whether L2 ranks robustness worse than
+    FRAG: their interval is of ρ(L2) − ρ(FRAG) over paired resamples
+    (:func:`bootstrap_spearman_gap`). No verdict is given before every checkpoint the paper's
+    protocol plans (``planned``, default :data:`PLANNED_CHECKPOINTS`) is recorded.
     """
+    planned = planned or PLANNED_CHECKPOINTS
     authors = authors_table3()
     at_1b = authors[authors.scale.eq("1B")]
     printed = at_1b[at_1b.source.str.startswith("paper")].set_index(["subset", "predictor"]).rho
     recomputed = at_1b[~at_1b.source.str.startswith("paper")].drop_duplicates(["subset", "predictor"])
     recomputed = recomputed.set_index(["subset", "predictor"]).rho
     ours = table3[table3.weights.eq(weights)].set_index(["subset", "predictor"]) if len(table3) else None
-    rows = []
+    cps = checkpoints[checkpoints.weights.eq(weights)] if len(checkpoints) else checkpoints
     specs = [("FRAG (Eq. 5 gap) correlates negatively with ΔES", "all", "FRAG_x100", "frag_printed"),
              ("the same without FRP", "w/o FRP", "FRAG_x100", "frag_printed"),
-             ("cos(F, ΔW²) alone (what the printed FRAG column tracks)", "all", "A_f_x100", None),
-             ("global L2 ranks robustness worse than FRAG", "all", "l2_all", "l2"),
+             ("cos(F, ΔW²) alone, what the printed FRAG column tracks, correlates negatively", "all", "A_f_x100",
+              "frag_printed"),
+             ("global L2 ranks robustness worse than FRAG (ρ(L2) − ρ(FRAG) > 0)", "all", "l2_all", "l2"),
              ("the same without FRP", "w/o FRP", "l2_all", "l2")]
+    rows = []
     for claim, subset, predictor, paper_name in specs:
-        name = AUTHORS_PREDICTOR[predictor]
         r = ours.loc[(subset, predictor)] if ours is not None and (subset, predictor) in ours.index else None
-        rho, low, high, n = ((r.rho, r.low, r.high, int(r.n)) if r is not None else (np.nan, np.nan, np.nan, 0))
-        if predictor == "l2_all" and r is not None and (subset, "FRAG_x100") in ours.index:
-            f = ours.loc[(subset, "FRAG_x100")]
-            if f.high < rho and low > f.rho:
-                verdict = "supported: FRAG's interval lies below L2's ρ and L2's above FRAG's"
-            elif high < f.rho:
-                verdict = "reversed: L2's interval lies below FRAG's ρ"
-            else:
-                verdict = "not resolved: the two intervals overlap"
-        else:
-            verdict = _verdict(low, high)
+        rho, low, high, n = (r.rho, r.low, r.high, int(r.n)) if r is not None else (np.nan, np.nan, np.nan, 0)
+        attacks = int(r.attacks) if r is not None and "attacks" in r else 0
+        verdict = _verdict(low, high, "reversed: ρ > 0", "supported: ρ < 0")
+        if predictor == "l2_all":
+            part = cps[cps.method.ne("frp")] if subset == "w/o FRP" else cps
+            gap = (bootstrap_spearman_gap(part.FRAG_x100, part.l2_all, list(part.delta_es), n_boot=n_boot)
+                   if len(part) else {"gap": np.nan, "low": np.nan, "high": np.nan})
+            verdict = _verdict(gap["low"], gap["high"], "supported: ρ(L2) > ρ(FRAG)", "reversed: ρ(L2) < ρ(FRAG)")
+            if np.isfinite(gap["gap"]):
+                verdict += f" (ρ(L2) − ρ(FRAG) {gap['gap']:+.2f} [{gap['low']:+.2f}, {gap['high']:+.2f}])"
+        if n < planned.get(subset, 0) and verdict != "not measured yet":
+            verdict = f"no verdict yet: {n} of {planned[subset]} checkpoints recorded"
         rows.append({"claim": claim, "subset": subset, "predictor": predictor,
-                     "paper_1B": printed.get((subset, paper_name), np.nan) if paper_name else np.nan,
-                     "authors_recomputed_1B": recomputed.get((subset, name), np.nan),
-                     f"ours_{weights}": rho, "low": low, "high": high, "n": n,
-                     "attacks": int(r.attacks) if r is not None and "attacks" in r else 0, "verdict": verdict})
+                     "paper_1B": printed.get((subset, paper_name), np.nan),
+                     "authors_recomputed_1B": recomputed.get((subset, AUTHORS_PREDICTOR[predictor]), np.nan),
+                     f"ours_{weights}": rho, "low": low, "high": high, "n": n, "attacks": attacks, "verdict": verdict})
     return pd.DataFrame(rows)

@@ -100,6 +100,28 @@ def _row(record: dict) -> dict:
     return record["results"]["row"]
 
 
+def _same_attack_but_the_seed(repeats: list[dict], attacks: list[dict]) -> None:
+    """Refuse a seed repeat whose attack differs from the one it repeats in anything but the seed
+    (an edit to one parameter file and not the other), or that repeats a seed already run."""
+    def settings(r):
+        return {k: v for k, v in r["provenance"]["params"].items() if k not in ("seed", "run_name")}
+
+    by_attack = {(settings(r)["unlearned_run"], settings(r)["attack_data"]): r for r in attacks}
+    seen = {(k, by_attack[k]["provenance"]["params"]["seed"]) for k in by_attack}
+    for r in repeats:
+        key = (settings(r)["unlearned_run"], settings(r)["attack_data"])
+        first = by_attack.get(key)
+        if first is not None and settings(first) != settings(r):
+            differ = sorted(k for k in settings(r).keys() | settings(first).keys()
+                            if settings(r).get(k) != settings(first).get(k))
+            raise ValueError(f"{r['run']} repeats {first['run']} at another seed but differs in {differ}: make the two "
+                             "parameter files agree (06_attacks.table1.yaml, 06_attacks.table1_seeds.yaml).")
+        seed = (key, r["provenance"]["params"]["seed"])
+        if seed in seen:
+            raise ValueError(f"{r['run']} repeats an attack at a seed it was already run with ({seed[1]}).")
+        seen.add(seed)
+
+
 class Collection:
     """The complete records of ``profile`` and the parameter files that name its grid.
 
@@ -406,8 +428,9 @@ class Collection:
         specs = self.planned("06_attacks", "06_attacks.table1.yaml")
         found = self.attacks_of_file("06_attacks.table1.yaml", every_split=True)
         rows = tables.attack_rows(found, self.method_by_run, short_label)
-        repeats = tables.attack_rows(self.attacks_of_file("06_attacks.table1_seeds.yaml", every_split=True),
-                                     self.method_by_run, short_label)
+        repeat_records = self.attacks_of_file("06_attacks.table1_seeds.yaml", every_split=True)
+        _same_attack_but_the_seed(repeat_records, found)
+        repeats = tables.attack_rows(repeat_records, self.method_by_run, short_label)
         fr = rows[rows.attack_data.eq("forget_retain")]
         main = {u for u in fr.unlearned_run if not (_row(self.method_by_run[u])["method"] == "frp"
                                                     and self.method_by_run[u]["results"].get("made", {}).get("veto"))}

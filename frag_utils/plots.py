@@ -112,11 +112,14 @@ def frontier_by_precision(rows: pd.DataFrame, threshold: float = 0.10) -> Any:
 
     plt, sns = _pyplot()
     precisions = list(dict.fromkeys(rows.weights))
+    models, splits = list(dict.fromkeys(rows.model)), list(dict.fromkeys(rows.forget_split))
+    colour = dict(zip(models, sns.color_palette(n_colors=len(models))))  # one colour per model in every panel
     fig, axes = plt.subplots(1, len(precisions), figsize=(5.2 * len(precisions), 4.2), squeeze=False, sharey=True)
     for ax, weights in zip(axes[0], precisions):
         part = rows[rows.weights.eq(weights)]
         sns.scatterplot(data=part, x="model_utility_before", y="delta_es", hue="model", style="forget_split", s=55,
-                        ax=ax, legend="brief" if ax is axes[0][-1] else False)
+                        hue_order=[m for m in models if m in set(part.model)], palette=colour, style_order=splits,
+                        ax=ax, legend="brief" if ax is axes[0][0] else False)
         texts = [ax.text(x, y, _short(m, s), fontsize=6) for x, y, m, s in
                  zip(part.model_utility_before, part.delta_es, part.model, part.forget_split)]
         ax.axhline(threshold, color="grey", ls=":", lw=1)
@@ -125,7 +128,9 @@ def frontier_by_precision(rows: pd.DataFrame, threshold: float = 0.10) -> Any:
         fig.tight_layout()
         adjust_text(texts, x=list(part.model_utility_before), y=list(part.delta_es), ax=ax, iter_lim=1000,
                     arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5})
-    axes[0][-1].legend(bbox_to_anchor=(1.01, 1), loc="upper left", fontsize=6)
+    handles, labels = axes[0][0].get_legend_handles_labels()  # the first panel's: every model and split
+    axes[0][0].get_legend().remove()
+    axes[0][-1].legend(handles, labels, bbox_to_anchor=(1.01, 1), loc="upper left", fontsize=6)
     fig.tight_layout()
     return fig
 

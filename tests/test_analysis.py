@@ -177,21 +177,46 @@ def test_bootstrap_over_seeds_drops_non_finite_seeds_and_empty_checkpoints():
 
 
 def test_claims_put_the_paper_the_authors_recomputation_and_ours_side_by_side_with_a_verdict_from_the_interval():
-    def row(subset, predictor, rho, low, high):
+    def row(subset, predictor, rho, low, high, n):
         return {"weights": "bf16", "subset": subset, "predictor": predictor, "rho": rho, "low": low, "high": high,
-                "n": 15, "attacks": 45}
-    table3 = pd.DataFrame([row("all", "FRAG_x100", -0.7, -0.9, -0.3), row("w/o FRP", "FRAG_x100", -0.2, -0.7, 0.4),
-                           row("all", "A_f_x100", 0.6, 0.2, 0.9), row("all", "l2_all", 0.5, 0.1, 0.8),
-                           row("w/o FRP", "l2_all", 0.1, -0.5, 0.6)])
-    c = A.claims(table3).set_index(["subset", "predictor"])
+                "n": n, "attacks": 3 * n}
+    table3 = pd.DataFrame([row("all", "FRAG_x100", -0.7, -0.9, -0.3, 15),
+                           row("w/o FRP", "FRAG_x100", -0.2, -0.7, 0.4, 12), row("all", "A_f_x100", 0.6, 0.2, 0.9, 15),
+                           row("all", "l2_all", 0.5, 0.1, 0.8, 15),
+                           row("w/o FRP", "l2_all", 0.1, -0.5, 0.6, 12)])
+    # 15 checkpoints: FRAG falls with ΔES, L2 rises with it (so L2 ranks worse), three seeds each
+    rng = np.random.default_rng(0)
+    methods = ["graddiff", "npo", "rmu", "sp", "frp"] * 3
+    delta = np.linspace(0.0, 0.7, 15)
+    checkpoints = pd.DataFrame({"weights": "bf16", "method": methods, "FRAG_x100": -delta + rng.normal(0, 0.01, 15),
+                                "l2_all": delta + rng.normal(0, 0.01, 15),
+                                "delta_es": [[d, d + 0.01, d - 0.01] for d in delta]})
+    c = A.claims(table3, checkpoints, n_boot=200).set_index(["subset", "predictor"])
     frag = c.loc[("all", "FRAG_x100")]
     # the paper's 1B row prints FRAG -0.92 (its cos F column); the authors recompute the gap as -0.66
-    assert (frag.paper_1B, frag.authors_recomputed_1B, frag.ours_bf16) == (-0.92, -0.66, -0.7)
-    assert frag.verdict.startswith("supported")
+    assert (frag.paper_1B, frag.authors_recomputed_1B, frag.ours_bf16, frag.attacks) == (-0.92, -0.66, -0.7, 45)
+    assert frag.verdict.startswith("supported: ρ < 0")
     assert c.loc[("w/o FRP", "FRAG_x100")].verdict.startswith("not resolved")
-    assert c.loc[("all", "A_f_x100")].verdict.startswith("reversed") and np.isnan(c.loc[("all", "A_f_x100")].paper_1B)
-    # L2 against FRAG: -0.9..-0.3 lies below 0.5 and 0.1..0.8 above -0.7: L2 ranks worse, as the paper says
-    assert c.loc[("all", "l2_all")].verdict.startswith("supported") and c.loc[("all", "l2_all")].paper_1B == -0.56
-    assert c.loc[("w/o FRP", "l2_all")].verdict.startswith("not resolved")
-    empty = A.claims(table3.iloc[:0])
+    assert c.loc[("all", "A_f_x100")].verdict.startswith("reversed") and c.loc[("all", "A_f_x100")].paper_1B == -0.92
+    # L2 against FRAG through the paired gap of the checkpoints, not the two separate intervals
+    l2 = c.loc[("all", "l2_all")]
+    assert l2.verdict.startswith("supported: ρ(L2) > ρ(FRAG)") and l2.paper_1B == -0.56
+    gap = A.bootstrap_spearman_gap(checkpoints.FRAG_x100, checkpoints.l2_all, list(checkpoints.delta_es), n_boot=200)
+    assert gap["gap"] == pytest.approx(2.0) and gap["low"] > 0 and f"{gap['gap']:+.2f}" in l2.verdict
+    # fewer checkpoints than the paper's protocol plans: the numbers, but no verdict
+    short = A.claims(table3.assign(n=4), checkpoints.iloc[:4], n_boot=50)
+    assert short.verdict.str.startswith("no verdict yet: 4 of").all()
+    empty = A.claims(table3.iloc[:0], checkpoints.iloc[:0])
     assert (empty.verdict == "not measured yet").all() and (empty.n == 0).all()
+
+
+def test_the_gap_of_two_predictors_uses_the_resamples_of_each_one_alone():
+    rng = np.random.default_rng(3)
+    y = [list(rng.normal(0, 1, 3)) for _ in range(12)]
+    a, b = rng.normal(0, 1, 12), rng.normal(0, 1, 12)
+    gap = A.bootstrap_spearman_gap(a, b, y, n_boot=300, seed=5)
+    ra, rb = A.bootstrap_spearman(a, y, n_boot=300, seed=5), A.bootstrap_spearman(b, y, n_boot=300, seed=5)
+    assert gap["gap"] == pytest.approx(rb["rho"] - ra["rho"])
+    # the same draws: a predictor against itself has a gap of exactly 0 in every resample
+    same = A.bootstrap_spearman_gap(a, a, y, n_boot=300)
+    assert same["gap"] == 0 and same["low"] == 0 and same["high"] == 0

@@ -156,3 +156,19 @@ def test_mark_not_effective_heads_only_fully_measured_columns_under_the_threshol
     assert list(tables.mark_not_effective(t).columns) == ["model", "x (not effective)", "y", "z"]
 
 
+
+
+def test_a_seed_repeat_must_be_the_same_attack_at_a_new_seed():
+    from frag_utils.collect import _same_attack_but_the_seed
+
+    def rec(run, seed, lr=2e-4, unlearned="u"):
+        return {"run": run, "provenance": {"params": {"run_name": run, "unlearned_run": unlearned, "seed": seed,
+                                                      "attack_data": "forget_retain", "lr": lr}}}
+    attacks = [rec("06/a", 42), rec("06/b", 42, unlearned="v")]
+    _same_attack_but_the_seed([rec("06/a1", 1), rec("06/a2", 2)], attacks)  # what the seeds file holds
+    with pytest.raises(ValueError, match=r"differs in \['lr'\]"):
+        _same_attack_but_the_seed([rec("06/a1", 1, lr=1e-4)], attacks)
+    with pytest.raises(ValueError, match="already run with \\(42\\)"):
+        _same_attack_but_the_seed([rec("06/a42", 42)], attacks)
+    with pytest.raises(ValueError, match="already run with \\(1\\)"):
+        _same_attack_but_the_seed([rec("06/a1", 1), rec("06/a1bis", 1)], attacks)

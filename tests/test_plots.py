@@ -101,3 +101,19 @@ def test_per_layer_and_horizon_figures_have_a_panel_per_model_and_a_line_per_mod
     assert len(fig2.axes[0].get_lines()) >= 2
     plots.close(fig)
     plots.close(fig2)
+
+
+def test_frontier_by_precision_keeps_one_colour_per_model_across_panels():
+    cp, _ = _table3()
+    rows = cp.assign(model_utility_before=0.3, delta_es=[sum(v) / len(v) for v in cp.delta_es])
+    gold = rows.iloc[:1].assign(model="gold", method="gold", run="g")  # in the bf16 panel only, as in the grid
+    fig = plots.frontier_by_precision(pd.concat([gold, rows], ignore_index=True))
+    colours = []
+    for ax in fig.axes[:2]:  # the points are drawn and labelled in the rows' order
+        points = next(c for c in ax.collections if len(c.get_offsets()) == len(ax.texts))
+        colours.append({t.get_text().rsplit(" ", 1)[0]: tuple(points.get_facecolors()[i])
+                        for i, t in enumerate(ax.texts)})
+    # the same model is drawn in the same colour in both panels, and the legend names the gold model
+    assert all(colours[0][m] == colours[1][m] for m in colours[1])
+    assert "gold" in [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    plots.close(fig)

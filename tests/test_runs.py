@@ -548,3 +548,14 @@ def test_a_device_this_machine_lacks_is_refused_before_the_kernel_starts(monkeyp
     with pytest.raises(RunError, match="not a device"):
         parameters.check_parameters(nb, {"device": "gpu0"})
     assert parameters.check_parameters(nb, {"device": "cpu"}) == {"device": "cpu"}
+
+
+@pytest.mark.parametrize("profile", runs.profiles())
+def test_every_run_of_every_committed_grid_finds_the_runs_it_reads(profile):
+    """A run listed by two files is run once under its first name: a notebook-06 file that names
+    the other file's run (here once, the Table 1 attacks and a strength pilot) would find no such
+    run and stop the grid midway. Every read must resolve in the grid as planned."""
+    specs = runs.grid(profile)
+    for spec in specs:
+        for needed, _ in runs.needed_runs(spec, specs):
+            assert needed.name
