@@ -285,7 +285,7 @@ def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16
         attacks = int(r.attacks) if r is not None and "attacks" in r else 0
         verdict = _verdict(low, high, "reversed: ρ > 0", "supported: ρ < 0")
         if predictor == "l2_all":
-            part = cps[cps.method.ne("frp")] if subset == "w/o FRP" else cps
+            part = cps[cps.method.ne("frp")] if len(cps) and subset == "w/o FRP" else cps
             gap = (bootstrap_spearman_gap(part.FRAG_x100, part.l2_all, list(part.delta_es), n_boot=n_boot)
                    if len(part) else {"gap": np.nan, "low": np.nan, "high": np.nan})
             verdict = _verdict(gap["low"], gap["high"], "supported: ρ(L2) > ρ(FRAG)", "reversed: ρ(L2) < ρ(FRAG)")

@@ -206,7 +206,7 @@ def test_claims_put_the_paper_the_authors_recomputation_and_ours_side_by_side_wi
     # fewer checkpoints than the paper's protocol plans: the numbers, but no verdict
     short = A.claims(table3.assign(n=4), checkpoints.iloc[:4], n_boot=50)
     assert short.verdict.str.startswith("no verdict yet: 4 of").all()
-    empty = A.claims(table3.iloc[:0], checkpoints.iloc[:0])
+    empty = A.claims(table3.iloc[:0], pd.DataFrame())  # what notebook 09 passes before any checkpoint
     assert (empty.verdict == "not measured yet").all() and (empty.n == 0).all()
 
 
