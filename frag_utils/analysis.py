@@ -276,7 +276,8 @@ def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16
              ("the same without FRP", "w/o FRP", "FRAG_x100", "frag_printed"),
              ("cos(F, ΔW²) alone, what the printed FRAG column tracks, correlates negatively", "all", "A_f_x100",
               "frag_printed"),
-             ("global L2 ranks robustness worse than FRAG (ρ(L2) − ρ(FRAG) > 0)", "all", "l2_all", "l2"),
+             ("global L2 ranks robustness worse than FRAG (the ρ are L2's; the verdict, ρ(L2) − ρ(FRAG))", "all",
+              "l2_all", "l2"),
              ("the same without FRP", "w/o FRP", "l2_all", "l2")]
     rows = []
     for claim, subset, predictor, paper_name in specs:
