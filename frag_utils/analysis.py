@@ -185,12 +185,16 @@ def paper_table3_checkpoints(df: pd.DataFrame, main_runs: set[str],
     return chosen.assign(_o=chosen.method.map(order)).sort_values(["_o", "forget_split"]).drop(columns="_o")
 
 
+def paper_table3_subsets(chosen: pd.DataFrame) -> dict[str, pd.Series]:
+    """Table 3's two columns as masks over its checkpoints: "all", and "w/o FRP"."""
+    return {"all": chosen.method.ne(""), "w/o FRP": chosen.method.ne("frp")}
+
+
 def paper_table3(chosen: pd.DataFrame, predictors: Sequence[str] = PAPER_TABLE3_PREDICTORS,
                  n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
     """Spearman rho of each predictor with ΔES over the Table 3 checkpoints, "all" and "w/o FRP",
     with bootstrap intervals (one row per predictor and subset)."""
-    return predictor_table(chosen, {"all": chosen.method.ne(""), "w/o FRP": chosen.method.ne("frp")},
-                           predictors=predictors, n_boot=n_boot, seed=seed)
+    return predictor_table(chosen, paper_table3_subsets(chosen), predictors=predictors, n_boot=n_boot, seed=seed)
 
 
 AUTHORS_TABLE3 = ("scale", "subset", "predictor", "rho", "n", "source")
@@ -283,10 +287,10 @@ def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16
     for claim, subset, predictor, paper_name in specs:
         r = ours.loc[(subset, predictor)] if ours is not None and (subset, predictor) in ours.index else None
         rho, low, high, n = (r.rho, r.low, r.high, int(r.n)) if r is not None else (np.nan, np.nan, np.nan, 0)
-        attacks = int(r.attacks) if r is not None and "attacks" in r else 0
+        attacks = int(r.attacks) if r is not None else 0
         verdict = _verdict(low, high, "reversed: ρ > 0", "supported: ρ < 0")
         if predictor == "l2_all":
-            part = cps[cps.method.ne("frp")] if len(cps) and subset == "w/o FRP" else cps
+            part = cps[paper_table3_subsets(cps)[subset]] if len(cps) else cps
             gap = (bootstrap_spearman_gap(part.FRAG_x100, part.l2_all, list(part.delta_es), n_boot=n_boot)
                    if len(part) else {"gap": np.nan, "low": np.nan, "high": np.nan})
             verdict = _verdict(gap["low"], gap["high"], "supported: ρ(L2) > ρ(FRAG)", "reversed: ρ(L2) < ρ(FRAG)")

@@ -106,14 +106,17 @@ def _same_attack_but_the_seed(repeats: list[dict], attacks: list[dict]) -> None:
     def settings(r):
         return {k: v for k, v in r["provenance"]["params"].items() if k not in ("seed", "run_name")}
 
-    by_attack = {(settings(r)["unlearned_run"], settings(r)["attack_data"]): r for r in attacks}
-    seen = {(k, by_attack[k]["provenance"]["params"]["seed"]) for k in by_attack}
+    by_attack = {}
+    for r in attacks:
+        s = settings(r)
+        by_attack[(s["unlearned_run"], s["attack_data"])] = (r, s)
+    seen = {(k, r["provenance"]["params"]["seed"]) for k, (r, _) in by_attack.items()}
     for r in repeats:
-        key = (settings(r)["unlearned_run"], settings(r)["attack_data"])
-        first = by_attack.get(key)
-        if first is not None and settings(first) != settings(r):
-            differ = sorted(k for k in settings(r).keys() | settings(first).keys()
-                            if settings(r).get(k) != settings(first).get(k))
+        s = settings(r)
+        key = (s["unlearned_run"], s["attack_data"])
+        first, first_settings = by_attack.get(key, (None, None))
+        if first is not None and first_settings != s:
+            differ = sorted(k for k in s.keys() | first_settings.keys() if s.get(k) != first_settings.get(k))
             raise ValueError(f"{r['run']} repeats {first['run']} at another seed but differs in {differ}: make the two "
                              "parameter files agree (06_attacks.table1.yaml, 06_attacks.table1_seeds.yaml).")
         seed = (key, r["provenance"]["params"]["seed"])

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from . import analysis
@@ -70,8 +71,6 @@ def table3_panels(checkpoints: pd.DataFrame, table: pd.DataFrame, subset: str = 
     ``delta_es`` as the list of its attack seeds) is a labelled marker at its mean ΔES, its seeds
     faint dots above and below; the title gives ρ over ``subset`` with its interval (``table``:
     :func:`frag_utils.analysis.paper_table3` rows with a ``weights`` column)."""
-    import numpy as np
-
     plt, sns = _pyplot()
     precisions = list(dict.fromkeys(checkpoints.weights))
     predictors = analysis.PAPER_TABLE3_PREDICTORS

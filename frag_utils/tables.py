@@ -142,4 +142,3 @@ def with_seed_repeats(chosen: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFra
     extra = repeats.groupby(key).delta_es.apply(list).to_dict()
     lists = [[d, *extra.get((u, a), [])] for d, u, a in zip(chosen.delta_es, chosen.unlearned_run, chosen.attack_data)]
     return chosen.assign(delta_es=lists, attack_seeds=[len(v) for v in lists])
-
