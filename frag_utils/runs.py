@@ -10,6 +10,9 @@ resumable grids of such runs, reruns that print their drift against the record.
   (re)done. The executed notebook is written to a temporary file and renamed at the end.
 * A recorded run whose checkpoint a run needs and the cache lacks (a fresh machine, edited code)
   is remade into the cache, and its drift against the record printed; the record stays.
+* A run killed while the Trainer wrote a checkpoint (a session ended, Ctrl-C) leaves that checkpoint
+  half-written; before running, the runner deletes such checkpoints from the cache's work folders,
+  so the next run resumes from the last complete one (:func:`drop_torn_checkpoints`).
 """
 from __future__ import annotations
 
@@ -128,6 +131,22 @@ def _failed(spec: RunSpec, tmp: Path, had_record: bool, err: Exception, remaking
     return RunError(f"{spec.notebook.stem}/{spec.name} failed{what.rstrip('.')}. {where}{after}")
 
 
+def drop_torn_checkpoints() -> list[Path]:
+    """Delete the trainer checkpoints in the cache's work folders (``*.work/checkpoint-<step>``) that
+    lack ``trainer_state.json``; returns them.
+
+    The Trainer writes that file last (after the weights, the optimizer and the RNG state), so a
+    checkpoint without it was cut off while being written. Resuming would pick it as the newest and
+    fail on the missing file; deleted, the run resumes from the last complete checkpoint.
+    """
+    torn = [c for c in paths.cache_dir().glob("**/*.work/checkpoint-*")
+            if c.is_dir() and c.name.split("-")[-1].isdigit() and not (c / "trainer_state.json").is_file()]
+    for checkpoint in torn:
+        print(f"deleted the half-written checkpoint {checkpoint} (a run was stopped while writing it)")
+        shutil.rmtree(checkpoint)
+    return torn
+
+
 def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, record_to: Path | None = None) -> dict:
     """Execute one run unless it is already complete; returns its status and timing.
 
@@ -160,6 +179,7 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, record_to:
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     numerics.pin_threads()
+    drop_torn_checkpoints()
     start = time.time()
     try:
         # the kernel's own log stays at errors: ipykernel 7 warns at every start that its local TCP

@@ -1,8 +1,10 @@
+import shutil
+
 import pytest
 import torch
 from transformers import TrainerCallback
 
-from frag_utils import data, metrics, models, train
+from frag_utils import data, metrics, models, runs, train
 
 from conftest import same_weights
 
@@ -52,6 +54,39 @@ def test_interrupted_training_resumes_to_the_same_weights(tokenizer, qa_records,
     assert summary["resumed_from"] is not None
     sa, sb = full.state_dict(), restarted.state_dict()
     assert all(torch.allclose(sa[k], sb[k], atol=1e-6) for k in sa)
+
+
+def test_a_checkpoint_cut_off_while_written_is_dropped_and_the_run_resumes_before_it(
+        tokenizer, qa_records, tmp_path, monkeypatch):
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "cache"))
+    recs = qa_records[:8]
+    full = models.build_tiny_model(len(tokenizer), seed=0)
+    train.finetune(full, tokenizer, recs, CFG, tmp_path / "uninterrupted")
+
+    work = tmp_path / "cache" / "checkpoints" / "t" / "model.work"
+    killed = models.build_tiny_model(len(tokenizer), seed=0)
+    trainer = train.make_trainer(killed, tokenizer, train.QADataset(tokenizer, recs), CFG, work,
+                                 callbacks=[_KillAfterFirstSave()])
+    with pytest.raises(_Killed):
+        trainer.train()
+    # what a kill while writing the next one leaves: the weights, part of the optimizer state, and
+    # no RNG or trainer state (the Trainer writes trainer_state.json last)
+    shutil.copytree(work / "checkpoint-2", work / "checkpoint-4")
+    (work / "checkpoint-4" / "trainer_state.json").unlink()
+    (work / "checkpoint-4" / "rng_state.pth").unlink()
+    optimizer = work / "checkpoint-4" / "optimizer.pt"
+    optimizer.write_bytes(optimizer.read_bytes()[:100])
+    with pytest.raises(FileNotFoundError, match="trainer_state.json"):
+        train.finetune(models.build_tiny_model(len(tokenizer), seed=0), tokenizer, recs, CFG, work)
+
+    assert runs.drop_torn_checkpoints() == [work / "checkpoint-4"]
+    assert sorted(c.name for c in work.glob("checkpoint-*")) == ["checkpoint-2"]
+    restarted = models.build_tiny_model(len(tokenizer), seed=0)
+    summary = train.finetune(restarted, tokenizer, recs, CFG, work)
+    assert summary["resumed_from"].endswith("checkpoint-2")
+    sa, sb = full.state_dict(), restarted.state_dict()
+    assert all(torch.allclose(sa[k], sb[k], atol=1e-6) for k in sa)
+    assert runs.drop_torn_checkpoints() == []
 
 
 def test_train_or_reuse_reuses_only_matching_checkpoints(tokenizer, qa_records, tmp_path, monkeypatch):
