@@ -103,18 +103,8 @@ def parse_cli_value(text: str) -> Any:
     return value
 
 
-NAMING = ("applicable", "every_varying")
-
-
-def load_params_file(path: str | Path, with_naming: bool = False) -> list[dict] | tuple[list[dict], str]:
-    """A YAML parameter file: one mapping (one run), a list of mappings (several runs), or
-    ``{naming: applicable | every_varying, runs: [...]}``.
-
-    ``naming`` says which keys name the runs of a list: ``applicable`` (the default) the keys whose
-    values differ between runs and that apply to the run (``APPLIES``: an RMU run is not named by
-    FRP's sparsity); ``every_varying`` every key that differs, applicable or not (the naming of the
-    records made before 2026-11-25, kept so that they stay complete).
-    """
+def load_params_file(path: str | Path) -> list[dict]:
+    """A YAML parameter file: one mapping (one run) or a list of mappings (several runs)."""
     path = Path(path)
     if not path.is_file():
         alt = paths.PARAMS_DIR / path
@@ -122,18 +112,10 @@ def load_params_file(path: str | Path, with_naming: bool = False) -> list[dict] 
             raise RunError(f"Parameter file '{path}' not found (also looked in {paths.PARAMS_DIR}).")
         path = alt
     data = yaml.safe_load(path.read_text())
-    naming = "applicable"
-    if isinstance(data, dict) and "runs" in data:
-        unknown = sorted(set(data) - {"runs", "naming"})
-        naming = data.get("naming", naming)
-        if unknown or naming not in NAMING:
-            raise RunError(f"{path}: a file with 'runs:' takes only 'naming' ({' | '.join(NAMING)}) beside it; "
-                           f"got keys {sorted(data)} and naming {naming!r}.")
-        data = data["runs"]
     runs = data if isinstance(data, list) else [data]
     if not runs or not all(isinstance(r, dict) for r in runs):
         raise RunError(f"{path} must hold a mapping of parameters or a list of such mappings.")
-    return (runs, naming) if with_naming else runs
+    return runs
 
 
 _GRADIENT = ("ga", "graddiff", "npo", "rmu")

@@ -27,35 +27,6 @@ def _pyplot():
     return plt, sns
 
 
-def frontier(checkpoints: pd.DataFrame, profile: str, forget_split: str, threshold: float = 0.10) -> Any:
-    """Robustness (ΔES under the forget+retain attack) against Model Utility before it, one point
-    per attacked checkpoint, labelled; the attack's effectiveness threshold dotted."""
-    from adjustText import adjust_text
-
-    plt, sns = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
-    sns.scatterplot(data=checkpoints, x="model_utility_before", y="delta_es", hue="method", style="method", s=70, ax=ax)
-    # one label per place: checkpoints at the same point (the collapsed pruners) are counted in one
-    # label; the labels are then moved apart by adjustText (a fixed number of iterations and its own
-    # fixed seed, so the figure's bytes are stable), with a line back to their point where moved
-    labelled = checkpoints.assign(
-        label=[m.replace("sparsity ", "").replace("frp_variant ", "") + ("" if split == forget_split else f", {split}")
-               for m, split in zip(checkpoints.model, checkpoints.forget_split)],
-        x=checkpoints.model_utility_before.round(3), y=checkpoints.delta_es.round(3))
-    texts = [ax.text(x, y, g.label.iloc[0] if len(g) == 1 else
-                     f"{len(g)} checkpoints: {', '.join(sorted(set(g.method)))}", fontsize=6)
-             for (x, y), g in labelled.groupby(["x", "y"])]
-    ax.axhline(threshold, color="grey", ls=":", lw=1)
-    ax.legend(title="method", bbox_to_anchor=(1.01, 1), loc="upper left", fontsize=7)
-    ax.set(xlabel="Model Utility before the attack", ylabel="ΔES (forget+retain attack)",
-           title=f"{profile}: robustness against utility")
-    fig.tight_layout()
-    # after the layout is final: adjustText works in display coordinates
-    adjust_text(texts, x=list(checkpoints.model_utility_before), y=list(checkpoints.delta_es), ax=ax, iter_lim=1000,
-                arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5})
-    return fig
-
-
 PREDICTOR_NAMES = {"l2_all": "global L2", "FRAG_x100": "FRAG gap (Eq. 5) x100", "A_f_x100": "cos(F, ΔW²) x100",
                    "A_r_x100": "cos(R, ΔW²) x100"}
 SPLIT_SHORT = {"forget01": "f01", "forget05": "f05", "forget10": "f10"}
@@ -145,15 +116,6 @@ def per_layer_frag(per_layer: pd.DataFrame) -> Any:
     for ax in grid.axes.flat:
         ax.tick_params(axis="x", labelsize=5)
     return grid.figure
-
-
-def es_over_epochs(curve: pd.DataFrame, profile: str) -> Any:
-    """Forget ES after each attack epoch (``model``, ``epoch``, ``es``; epoch 0 is before)."""
-    plt, sns = _pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    sns.lineplot(data=curve.sort_values("epoch"), x="epoch", y="es", hue="model", marker="o", ax=ax)
-    ax.set(xlabel="attack epoch (0: before)", ylabel="forget ES", title=f"{profile}: ES over the attack")
-    return fig
 
 
 def close(fig: Any) -> None:

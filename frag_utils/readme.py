@@ -16,32 +16,11 @@ from . import paths
 
 BLOCKS = {
     "smol-models": "papermill_runs/02_target_and_gold/smol/models.md",
-    "smol-models-remade": "papermill_runs/02_target_and_gold/smol.remade_2026-11-25/models.md",
     "smol-utility": "papermill_runs/02_target_and_gold/smol/utility_components.md",
     "smol-frag": "papermill_runs/04_frag/smol/scores.md",
-    "smol-methods": "figures/smol/methods.md",
-    "smol-sweep": "figures/smol/sweep.md",
-    "smol-attacks": "figures/smol/attacks.md",
-    "smol-attack-effectiveness": "figures/smol/attack_effectiveness.md",
-    "smol-predictors": "figures/smol/predictors.md",
-    "smol-multiple-choice": "figures/smol/multiple_choice.md",
-    "smol-forgetting-strength": "figures/smol/forgetting_strength.md",
-    "smol-matched-utility": "figures/smol/matched_utility.md",
-    "smol-matched-sparsity": "figures/smol/matched_sparsity.md",
-    "smol-matched-update-norm": "figures/smol/matched_update_norm.md",
-    "smol-ablation": "figures/smol/ablation_importance.md",
-    "smol-frp-ablation": "figures/smol/frp_ablation.md",
-    **{f"smol-variant-{v}": f"figures/smol/variant_{v}_delta_es.md"
-       for v in ("lr", "optimizer", "data", "lora", "horizon")},
-    "smol-seeds": "figures/smol_seeds/variant_seeds_delta_es.md",
-    "smol-table3-paper": "figures/smol/table3_paper_protocol.md",
-    "smol-claims": "figures/smol/claims.md",
-    "smol-table3-by-precision": "figures/smol/table3_by_precision.md",
-    "smol-table1": "figures/smol/table1.md",
-    "smol-table1-per-split": "figures/smol/table1_per_split.md",
-    "smol-frp-released": "figures/smol/frp_released.md",
-    "smol-precision": "figures/smol/precision.md",
-    "smol-grid-times": "figures/smol/grid_times.md",
+    **{f"smol-{name.replace('_', '-')}": f"figures/smol/{name}.md"
+       for name in ("unlearned_models", "table1", "table1_per_split", "table3_by_precision", "table3_extended",
+                    "claims", "strength_pilot", "protocol_pilot", "grid_times")},
     "bench": "bench/results/summary.md",
 }
 

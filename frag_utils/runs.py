@@ -3,16 +3,14 @@ resumable grids of such runs, reruns that print their drift against the record.
 
 * Output names are built from parameter values: ``papermill_runs/<notebook>/<run name>/``, the run
   name being the ``profile`` parameter plus any overrides, e.g. ``smol`` or ``smol__lr=0.0001``
-  (``smol.sweep__lr=0.0001`` for a run of ``05_unlearn.sweep.yaml``).
+  (``smol.table1__lr=0.0001`` for a run of ``05_unlearn.table1.yaml``).
 * A run is complete when its executed notebook and ``results.json`` are both in place and the
   record's parameters equal the requested ones (a parameter the notebook gained later counts as
-  equal at its default); complete runs are skipped, anything else is
-  (re)done. The executed notebook is written to a temporary file and renamed at the end.
+  equal at its default); complete runs are skipped, anything else is (re)done, written to a
+  temporary file and renamed at the end.
 * A recorded run whose checkpoint a run needs and the cache lacks (a fresh machine, edited code)
   is remade into the cache, and its drift against the record printed; the record stays.
-* A run killed while the Trainer wrote a checkpoint (a session ended, Ctrl-C) leaves that checkpoint
-  half-written; before running, the runner deletes such checkpoints from the cache's work folders,
-  so the next run resumes from the last complete one (:func:`drop_torn_checkpoints`).
+* A checkpoint half-written by a killed run is deleted before the next run (:func:`drop_torn_checkpoints`).
 """
 from __future__ import annotations
 
@@ -67,20 +65,19 @@ def plan_run(notebook: str, params_file: str | Path | None = None, overrides: di
     """Check and name the runs of one notebook (one per mapping in the parameter file)."""
     nb = parameters.resolve_notebook(notebook)
     overrides = dict(overrides or {})
-    bases, naming = parameters.load_params_file(params_file, with_naming=True) if params_file else ([{}], "applicable")
-    # runs of a suffixed file (05_unlearn.sweep.yaml) carry the suffix in their names, so that two
-    # files naming their runs by the same varying keys never collide
+    bases = parameters.load_params_file(params_file) if params_file else [{}]
+    # runs of a suffixed file (05_unlearn.table1.yaml) carry the suffix in their names: two files
+    # naming their runs by the same varying keys never collide
     parts = Path(params_file).name.split(".") if params_file else []
     tag = ".".join(parts[1:-1]) if len(parts) > 2 and parts[0] == nb.stem else ""
-    # in a list of runs, the keys whose values differ between runs go into the names (only those
-    # that apply to the run, unless the file keeps the old naming)
+    # in a list of runs, the keys whose values differ between runs and apply to the run name it
     varying = {k for k in set().union(*bases) if len({repr(b.get(k)) for b in bases}) > 1}
     specs = []
     defaults = parameters.notebook_defaults(nb)
     for base in bases:
         params = {**defaults, **parameters.check_parameters(nb, {**base, **overrides})}
-        named = {k: v for k, v in params.items() if k in overrides or k in varying
-                 and (naming == "every_varying" or parameters.applies(nb.stem, k, params))}
+        named = {k: v for k, v in params.items()
+                 if k in overrides or k in varying and parameters.applies(nb.stem, k, params)}
         name = parameters.run_name(params, named, tag)
         params["run_name"] = name
         params = parameters.check_parameters(nb, params)
@@ -132,13 +129,9 @@ def _failed(spec: RunSpec, tmp: Path, had_record: bool, err: Exception, remaking
 
 
 def drop_torn_checkpoints() -> list[Path]:
-    """Delete the trainer checkpoints in the cache's work folders (``*.work/checkpoint-<step>``) that
-    lack ``trainer_state.json``; returns them.
-
-    The Trainer writes that file last (after the weights, the optimizer and the RNG state), so a
-    checkpoint without it was cut off while being written. Resuming would pick it as the newest and
-    fail on the missing file; deleted, the run resumes from the last complete checkpoint.
-    """
+    """Delete (and return) the trainer checkpoints of the cache's work folders that lack
+    ``trainer_state.json``: the Trainer writes it last, so such a checkpoint was cut off mid-write,
+    and resuming would pick it as the newest and fail; the run resumes from the one before."""
     torn = [c for c in paths.cache_dir().glob("**/*.work/checkpoint-*")
             if c.is_dir() and c.name.split("-")[-1].isdigit() and not (c / "trainer_state.json").is_file()]
     for checkpoint in torn:
@@ -159,8 +152,9 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, record_to:
             partial executed notebook is kept (:func:`failed_notebook_path`) and named.
     """
     collector = spec.notebook.stem in COLLECTORS
-    inputs = collector_inputs(spec) if collector else None
-    if record_to is None and spec.is_complete() and not force and (not collector or _recorded_inputs(spec) == inputs):
+    inputs, recorded = (collector_inputs(spec), spec.out_dir / INPUTS_FILE) if collector else (None, None)
+    if record_to is None and spec.is_complete() and not force and (
+            not collector or (recorded.is_file() and recorded.read_text().strip() == inputs)):
         return {"run": f"{spec.notebook.stem}/{spec.name}", "status": "skipped (complete)", "seconds": 0.0}
     import papermill
 
@@ -228,16 +222,9 @@ def collector_inputs(spec: RunSpec) -> str:
     return digest.hexdigest()
 
 
-def _recorded_inputs(spec: RunSpec) -> str | None:
-    file = spec.out_dir / INPUTS_FILE
-    return file.read_text().strip() if file.is_file() else None
-
-
 def profiles() -> list[str]:
     """The profiles: the folders of ``papermill_runs/params/`` that hold parameter files."""
-    if not paths.PARAMS_DIR.is_dir():
-        return []
-    return sorted(p.name for p in paths.PARAMS_DIR.iterdir() if p.is_dir() and any(p.glob("*.yaml")))
+    return sorted(p.name for p in paths.PARAMS_DIR.glob("*") if p.is_dir() and any(p.glob("*.yaml")))
 
 
 def grid(profile: str) -> list[RunSpec]:
@@ -245,7 +232,7 @@ def grid(profile: str) -> list[RunSpec]:
     notebook's main file first.
 
     Each file is named after its notebook (``02_target_and_gold.yaml``), optionally with a
-    suffix for a further set of runs (``05_unlearn.sweep.yaml``, after the main file), and holds
+    suffix for a further set of runs (``05_unlearn.table1.yaml``, after the main file), and holds
     one mapping or a list of mappings. A run that an earlier file already holds with the same parameters is run once,
     under its first name (find it with :func:`params_key`); two different runs of one notebook
     may not share a name.
@@ -336,16 +323,12 @@ def needed_runs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[RunSpec, bool
 
 
 def _find(notebook: str, name: str, specs: list[RunSpec]) -> RunSpec | None:
-    """A run of ``specs`` by notebook and name, else a recorded one by its folder."""
+    """A run of ``specs`` by notebook and name, else a recorded one by its folder (one no parameter
+    file names: a user's run read by another)."""
     found = next((s for s in specs if (s.notebook.stem, s.name) == (notebook, name)), None)
-    return found or recorded_spec(notebook, name)
-
-
-def recorded_spec(notebook: str, name: str) -> RunSpec | None:
-    """A recorded run by its folder (one no parameter file names: a user's run read by another)."""
     results = paths.RUNS_DIR / notebook / name / paths.RESULTS_FILE
-    if not results.is_file():
-        return None
+    if found or not results.is_file():
+        return found
     return RunSpec(parameters.resolve_notebook(notebook), json.loads(results.read_text())["provenance"]["params"], name)
 
 

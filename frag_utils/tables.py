@@ -1,6 +1,6 @@
 """Tables notebook 09 builds from run records, as plain functions of their rows (tested in
-``tests/test_tables.py``): the paper's Table 1 layout of the re-recorded grid, the attack-variant
-tables' effectiveness marks and the attack-seed table. :mod:`frag_utils.collect` reads the records.
+``tests/test_tables.py``): the paper's Table 1 layout of the re-recorded grid, and the seed
+repeats of its attacks as lists of ΔES. :mod:`frag_utils.collect` reads the records.
 
 A row is one attack run: ``model`` (the method and its knobs, the same label on every split),
 ``method``, ``weights`` (the unlearned model's storage precision), ``forget_split``,
@@ -13,8 +13,6 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import pandas as pd
-
-from . import attacks as _attacks
 
 ATTACKS = ("retain", "forget", "forget_retain")
 SPLITS = ("forget01", "forget05", "forget10")
@@ -96,29 +94,6 @@ def table1_per_split(rows: pd.DataFrame, attacks: Sequence[str] = ATTACKS) -> pd
     table["few_step_attacks"] = [notes.get(k, "") for k in zip(table.weights, table.forget_split, table.model)]
     return table[["weights", "forget_split", "model", "es_before", *[f"{a}_delta_es" for a in attacks],
                   "few_step_attacks"]].reset_index(drop=True)
-
-
-def mark_not_effective(table: pd.DataFrame) -> pd.DataFrame:
-    """Head each fully measured ΔES column (every column but ``model``) that no model lifts by the
-    paper's 0.10 ``(not effective)``; a column with a model not yet run is left unmarked."""
-    settings = [c for c in table.columns if c != "model"]
-    return table.rename(columns={c: f"{c} (not effective)" for c in settings
-                                 if table[c].notna().all() and not _attacks.attack_effective(table[c])})
-
-
-def seeds_table(rows: pd.DataFrame) -> pd.DataFrame:
-    """One attack repeated with several seeds: per model (``rows``: ``model``, ``seed``,
-    ``es_before``, ``delta_es``), ES before, ΔES per seed, and their mean, sample standard
-    deviation, range and count: the noise a single-seed ΔES carries."""
-    if rows.duplicated(["model", "seed"]).any():
-        raise ValueError("two runs of one model with one seed")
-    table = rows.pivot_table(index="model", columns="seed", values="delta_es", aggfunc="first", sort=False)
-    table.columns = [f"seed {c}" for c in table.columns]
-    by_model = rows.groupby("model", sort=False).delta_es
-    table = table.assign(mean=by_model.mean(), std=by_model.std(), range=by_model.max() - by_model.min(),
-                         seeds=by_model.count())
-    table.insert(0, "es_before", rows.groupby("model", sort=False).es_before.first())
-    return table.reset_index()
 
 
 def with_seed_repeats(chosen: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFrame:

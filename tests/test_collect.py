@@ -1,37 +1,33 @@
 """Notebook 09's collection of records (frag_utils.collect), checked against the committed smol
-records read the slow way (json files, one by one), and on a copy of them where a record is
-changed the way a redo or a user's rerun changes it."""
+records of the faithful grid read the slow way (json files, one by one), and on a copy of them
+where a record is changed the way a redo or a user's rerun changes it."""
 import json
-import math
 import shutil
 
 import pytest
+import yaml
 
 from frag_utils import collect, paths
 
-SMOL_ATTACKS = paths.PARAMS_DIR / "smol" / "06_attacks.yaml"
+PARAMS = paths.PARAMS_DIR / "smol"
+NPO = "smol.table1__forget_split=forget10__grad_accum=1__lr=5e-05__method=npo__weights=bf16"
 
 
 def _record(notebook, name, root=None):
     return json.loads(((root or paths.RUNS_DIR) / notebook / name / "results.json").read_text())
 
 
-def _attack_folders(unlearned_run, root=None):
-    """The committed attack records of one model with the main grid's settings, by attack data (slow:
-    every 06 record opened and compared with the main file's settings)."""
-    import yaml
-
-    main = yaml.safe_load(SMOL_ATTACKS.read_text())[0]
-    settings = {k: v for k, v in main.items() if k not in ("unlearned_run", "attack_data")}
-    found = {}
-    for file in sorted(((root or paths.RUNS_DIR) / "06_attacks").glob("smol*/results.json")):
-        p = json.loads(file.read_text())["provenance"]["params"]
-        if (p["unlearned_run"] == unlearned_run and p["attack_data"] in ("retain", "forget", "forget_retain")
-                and all(p.get(k) == v for k, v in settings.items())
-                and p.get("forget_split", "forget10") == "forget10" and p.get("seed") == 42
-                and p.get("epochs") == 1 and p.get("optimizer") == "adamw" and p.get("lora_rank") == 0
-                and p.get("eval_utility") is True and not p.get("eval_mc")):
-            found.setdefault(p["attack_data"], file.parent.name)
+def _attack_records(root=None, attack_data=None):
+    """Every committed attack record of the grid's attack file (slow: every 06 record opened and its
+    parameters compared with the file's entries, defaults of the notebook aside)."""
+    wanted = [{k: v for k, v in e.items()} for e in yaml.safe_load((PARAMS / collect.GRID_06).read_text())]
+    found = []
+    for file in sorted(((root or paths.RUNS_DIR) / "06_attacks").glob("smol.table1__*/results.json")):
+        rec = json.loads(file.read_text())
+        p = rec["provenance"]["params"]
+        if any(all(p.get(k) == v for k, v in e.items()) and p.get("seed") == 42 for e in wanted):
+            if attack_data in (None, p["attack_data"]):
+                found.append({"folder": file.parent.name, **rec})
     return found
 
 
@@ -40,47 +36,51 @@ def smol():
     return collect.Collection("smol")
 
 
-def test_knobs_blank_what_a_method_does_not_use(smol):
-    rmu_run = "smol.strength__frp_variant=paper__lr=0.001__method=rmu__rmu_coeff=200__sparsity=0"
-    rmu = collect.knobs(smol.method_by_run[rmu_run])
-    assert rmu["lr"] == "0.001" and rmu["rmu_coeff"] == "200"
-    assert rmu["sparsity"] == rmu["frp_variant"] == rmu["frp_lam"] == ""
-    frp = collect.knobs(smol.method_by_run["smol.frp_released__frp_lam=0.05__frp_veto=0.15"])
-    assert frp["lr"] == "" and frp["rmu_coeff"] == "" and frp["frp_veto"] == "0.15" and frp["frp_lam"] == "0.05"
-    assert frp["frp_beta"] == ""  # beta is Eq. 6's only
-    assert smol.label("smol__method=gold") == "gold"
+def test_the_models_table_is_the_grid_files_records(smol):
+    table = smol.models()
+    recorded = [d.name for d in sorted((paths.RUNS_DIR / "05_unlearn").glob("smol.table1__*"))
+                if (d / "results.json").is_file()]
+    assert sorted(table.run) == sorted(f"05_unlearn/{n}" for n in recorded) and len(table)
+    for _, row in table.iterrows():
+        rec = _record(*row.run.split("/"))
+        for k in ("es", "model_utility", "l2_all", "FRAG_x100", "A_f_x100", "A_r_x100"):
+            assert row[k] == rec["results"]["row"][k]
+        assert row.weights == rec["provenance"]["params"]["weights"]
+    frp = table[table.method.eq("frp")]
+    assert set(frp.model) <= {"FRP (P 0)", "FRP (P 0.15)"} and len(frp)
 
 
-def test_main_attack_table_matches_the_records_read_one_by_one(smol):
-    import yaml
-
-    table, effectiveness = smol.main_attacks()
-    models = list(dict.fromkeys(m["unlearned_run"] for m in yaml.safe_load(SMOL_ATTACKS.read_text())))
-    assert len(table) == len(models)
-    for model, (_, row) in zip(models, table.iterrows()):
-        folders = _attack_folders(model)
-        rows = {a: _record("06_attacks", f)["results"]["row"] for a, f in folders.items()}
-        assert row.model == smol.label(model)
-        assert row.es_before == rows["forget_retain"]["es_before"]
-        for attack, r in rows.items():
-            assert row[f"{attack}_delta_es"] == pytest.approx(r["es_after"] - r["es_before"], abs=1e-12)
-        if len(rows) == 3:
-            assert row.avg_delta_es == pytest.approx(sum(r["delta_es"] for r in rows.values()) / 3)
-        else:
-            assert math.isnan(row.avg_delta_es)
-    # the paper's rule: an attack is effective when some model's ΔES reaches 0.10
-    for _, e in effectiveness.iterrows():
-        assert e.effective == bool(table[f"{e.attack}_delta_es"].max() >= 0.10)
+def test_table1_per_split_holds_each_attacks_delta_es_as_recorded(smol):
+    t1 = smol.table1(n_boot=20)
+    per_split = t1["per_split"].set_index(["weights", "forget_split", "model"])
+    found = _attack_records()
+    assert len(t1["rows"]) == len(found) and len(found)
+    for rec in found:
+        row, model_run = rec["results"]["row"], rec["provenance"]["params"]["unlearned_run"]
+        model = collect.short_label({"run": f"05_unlearn/{model_run}", **_record("05_unlearn", model_run)})
+        weights = _record("05_unlearn", model_run)["provenance"]["params"]["weights"]
+        got = per_split.loc[(weights, row["forget_split"], model), f"{row['attack_data']}_delta_es"]
+        assert got == pytest.approx(row["es_after"] - row["es_before"], abs=1e-12)
 
 
-def test_checkpoints_are_the_forget_retain_attacks_at_the_main_settings(smol):
-    checkpoints = smol.checkpoints(pool_splits=False)
-    assert len(checkpoints) and set(checkpoints.forget_split) == {"forget10"}
-    for _, c in checkpoints.iterrows():
-        rec = _record(*c.run.split("/"))
-        assert rec["provenance"]["params"]["attack_data"] == "forget_retain"
-        assert rec["provenance"]["params"]["lr"] == 5e-5 and rec["provenance"]["params"]["seed"] == 42
-        assert c.delta_es == rec["results"]["row"]["delta_es"]
+def test_table3_takes_the_papers_five_methods_and_the_extended_set_leaves_out_gold_and_collapsed(smol):
+    t1 = smol.table1(n_boot=20)
+    chosen = t1["table3_checkpoints"]
+    fr = _attack_records(attack_data="forget_retain")
+    if len(chosen):
+        assert set(chosen.method) <= {"graddiff", "npo", "rmu", "sp", "frp"}
+        assert not chosen.duplicated(["weights", "method", "forget_split"]).any()
+        assert set(chosen[chosen.method.eq("frp")].model) <= {"FRP (P 0)"}
+    listing = t1["table3_extended_checkpoints"]
+    for rec in fr:
+        row = rec["results"]["row"]
+        model = _record("05_unlearn", row["unlearned_run"])["results"]["row"]
+        in_listing = listing[listing.run.eq(f"06_attacks/{rec['folder']}")]
+        if model["method"] == "gold":
+            assert not len(in_listing)
+            continue
+        healthy = row["model_utility_before"] >= 0.5 * model["target_model_utility"]
+        assert list(in_listing.reason) == (["included"] if healthy else ["Model Utility below 0.5 x target's"])
 
 
 @pytest.fixture
@@ -95,25 +95,24 @@ def copied_runs(tmp_path, monkeypatch):
 
 
 def test_an_attack_whose_unlearned_model_was_redone_is_left_out_as_stale(copied_runs):
-    npo = "smol__method=npo"
-    attacked = set(_attack_folders(npo, copied_runs).values())
+    attacked = {f"06_attacks/{r['folder']}" for r in _attack_records(copied_runs)
+                if r["provenance"]["params"]["unlearned_run"] == NPO}
     assert attacked
-    assert not set(collect.Collection("smol").stale) & {f"06_attacks/{f}" for f in attacked}
-    file = copied_runs / "05_unlearn" / npo / "results.json"
+    assert not set(collect.Collection("smol").stale) & attacked
+    file = copied_runs / "05_unlearn" / NPO / "results.json"
     rec = json.loads(file.read_text())
     rec["results"]["row"]["l2_all"] += 1.0  # the redone model's weights moved elsewhere
     file.write_text(json.dumps(rec))
     grid = collect.Collection("smol")
-    assert {f"06_attacks/{f}" for f in attacked} <= set(grid.stale)
-    table, _ = grid.main_attacks()
-    assert grid.label(npo) not in set(table.model)
+    assert attacked <= set(grid.stale)
+    assert not set(grid.table1(n_boot=20)["rows"].run) & attacked
 
 
 def test_a_rerun_with_other_parameters_is_the_users_and_a_copy_of_a_grid_run_is_not(copied_runs):
-    grid = collect.Collection("smol")
-    attacks_, methods = grid.other_runs(grid.sources.get("attacks", []))
+    attacks_, methods = collect.Collection("smol").other_runs()
     assert len(attacks_) == 0 and len(methods) == 0  # the committed records are all the grid's
-    folder = _attack_folders("smol__method=npo", copied_runs)["forget_retain"]
+    folder = next(r["folder"] for r in _attack_records(copied_runs, "forget_retain")
+                  if r["provenance"]["params"]["unlearned_run"] == NPO)
     source = copied_runs / "06_attacks" / folder
     copy = copied_runs / "06_attacks" / "mine_same_params"  # the grid's run under another name
     shutil.copytree(source, copy)
@@ -123,39 +122,11 @@ def test_a_rerun_with_other_parameters_is_the_users_and_a_copy_of_a_grid_run_is_
     rec["provenance"]["params"]["lr"] = 1e-4
     rec["results"]["row"].update(lr=1e-4, delta_es=0.5)
     (rerun / "results.json").write_text(json.dumps(rec))
-    grid = collect.Collection("smol")
-    grid.main_attacks()
-    attacks_, _ = grid.other_runs(grid.sources["attacks"])
+    attacks_, _ = collect.Collection("smol").other_runs()
     assert list(attacks_.run) == ["06_attacks/mine_lr_1e-4"]
     mine = attacks_.iloc[0]
-    assert mine.delta_es == 0.5 and mine.lr == 1e-4
+    assert mine.delta_es == 0.5 and mine.lr == 1e-4 and mine.model == "NPO"
     assert mine.grid_delta_es == _record("06_attacks", folder, copied_runs)["results"]["row"]["delta_es"]
-
-
-def test_seeds_table_gives_each_models_spread():
-    import pandas as pd
-
-    from frag_utils import tables
-
-    rows = pd.DataFrame([{"model": m, "seed": s, "es_before": 0.2, "delta_es": d}
-                         for m, ds in (("a", (0.1, 0.3, 0.2)), ("b", (0.0, 0.0, 0.6))) for s, d in zip((1, 2, 3), ds)])
-    t = tables.seeds_table(rows).set_index("model")
-    assert t.loc["a", "mean"] == pytest.approx(0.2) and t.loc["a", "std"] == pytest.approx(0.1)
-    assert t.loc["b", "range"] == pytest.approx(0.6) and t.loc["b", "seeds"] == 3
-    assert t.loc["a", "seed 2"] == pytest.approx(0.3)
-    with pytest.raises(ValueError, match="one seed"):
-        tables.seeds_table(pd.concat([rows, rows.iloc[:1]]))
-
-
-def test_mark_not_effective_heads_only_fully_measured_columns_under_the_threshold():
-    import pandas as pd
-
-    from frag_utils import tables
-
-    t = pd.DataFrame({"model": ["a", "b"], "x": [0.05, 0.09], "y": [0.05, 0.2], "z": [0.01, float("nan")]})
-    assert list(tables.mark_not_effective(t).columns) == ["model", "x (not effective)", "y", "z"]
-
-
 
 
 def test_a_seed_repeat_must_be_the_same_attack_at_a_new_seed():

@@ -77,14 +77,6 @@ def test_run_names_hold_only_the_parameters_that_apply_to_the_run(tmp_path):
     assert runs.plan_run("05_unlearn", f)[1].params["sparsity"] == 0.0
     # an explicit override always names the run, applicable or not
     assert runs.plan_run("05_unlearn", f, {"sparsity": 0.05})[1].name.endswith("__sparsity=0.05")
-    # the old naming, kept for the records made with it
-    old = tmp_path / "05_unlearn.old.yaml"
-    old.write_text("naming: every_varying\nruns:\n" + "".join("  " + line + "\n" for line in grid.splitlines()))
-    assert runs.plan_run("05_unlearn", old)[1].name == "tiny.old__lr=0.001__method=rmu__rmu_coeff=200__sparsity=0"
-    bad = tmp_path / "05_unlearn.bad.yaml"
-    bad.write_text("naming: short\nruns: [{profile: tiny}]\n")
-    with pytest.raises(RunError, match="naming"):
-        runs.plan_run("05_unlearn", bad)
     assert parameters.applies("05_unlearn", "frp_veto", {"method": "frp", "frp_variant": "released"})
     assert not parameters.applies("05_unlearn", "frp_veto", {"method": "frp", "frp_variant": "eq6"})
     assert parameters.applies("06_attacks", "lr", {})
@@ -461,7 +453,7 @@ def test_current_params_checks_the_types_papermill_does_not():
 
 
 def test_profiles_are_the_folders_of_the_parameter_files():
-    assert {"tiny", "smol", "smol_seeds", "paper"} <= set(runs.profiles())
+    assert {"tiny", "smol", "paper"} <= set(runs.profiles())
 
 
 def test_a_collector_is_rerun_only_when_its_inputs_change(fake_grid, tmp_path):
