@@ -21,16 +21,21 @@ from . import analysis, parameters, paths, records, runs, tables
 GRID_05, GRID_06, SEEDS_06 = "05_unlearn.table1.yaml", "06_attacks.table1.yaml", "06_attacks.table1_seeds.yaml"
 # the pilots that chose its settings (docs/choices.md): unlearning strength in bf16, the attack's recipe
 STRENGTH_PILOT, PROTOCOL_PILOT = "05_unlearn.strength_bf16.yaml", "06_attacks.protocol.yaml"
+# the FRP ablations (Tables 5-7, retain attack) and the direction-blind noise controls (Appendix A.2)
+ABLATIONS_05, ABLATIONS_06 = "05_unlearn.ablations.yaml", "06_attacks.ablations.yaml"
+CONTROLS_05, CONTROLS_06 = "05_unlearn.controls.yaml", "06_attacks.controls.yaml"
+ABLATION_COLUMNS = ["es", "model_utility", "es_after", "delta_es", "model_utility_after", "l2_all", "FRAG_x100",
+                    "A_f_x100", "A_r_x100", "run", "attack_run"]
 MODEL_COLUMNS = ["model", "method", "weights", "forget_split", "es", "es_retain", "model_utility", "l2_all",
                  "FRAG_x100", "A_f_x100", "A_r_x100", "target_es", "target_model_utility", "run"]
 PILOT_SETTINGS = {STRENGTH_PILOT: ("lr", "rmu_coeff"), PROTOCOL_PILOT: ("lr", "batch_size", "grad_accum")}
 DENSE = ("ga", "graddiff", "npo", "rmu")
 OTHER_ATTACK_KEYS = ("attack_data", "lr", "optimizer", "epochs", "lora_rank", "forget_split")
-FIGURE_SOURCES = {"table3_panels": "table3_by_precision", "frontier_table1": "table1",
-                  "per_layer_frag": "unlearned_models"}
 # how each table is written (:meth:`Collection.write`): formats per column (of those the table
 # has), a complete sort key, more provenance
 WRITE_OPTIONS: dict[str, dict] = {
+    **{name: {"formats": {"lambda": "g", "sparsity": "g"}} for name in ("ablation_lambda", "ablation_sparsity",
+                                                                        "ablation_scoring")},
     **{name: {"formats": {"lr": "g", "rmu_coeff": "g", "model_lr": "g"}}
        for name in ("strength_pilot", "protocol_pilot", "other_runs_attacks", "other_runs_unlearning")},
     "grid_times": {"formats": {"hours": ".2f", "median_minutes": ".1f", "estimated_hours": ".2f"},
@@ -61,6 +66,8 @@ def short_label(record: dict) -> str:
     """The paper's name of a notebook-05 record's method (FRP with its veto P), for tables and
     figures whose parameter file fixes every other setting (the file and the notebook say which)."""
     method = _row(record)["method"]
+    if method == "noise":
+        return f"noise ({record['provenance']['params']['noise_scale']:g}x FRP's L2)"
     if method == "frp":
         return f"FRP (P {float(record['results'].get('made', {}).get('veto') or 0):g})"
     return METHOD_NAMES.get(method, method)
@@ -100,7 +107,9 @@ def _same_attack_but_the_seed(repeats: list[dict], attacks: list[dict]) -> None:
 
 
 class Collection:
-    """The complete records of ``profile`` and the parameter files that name its grid.
+    """The complete records of ``profile`` and the parameter files that name its grid: its models
+    (``grid_05``), their attacks (``grid_06``) and the seed repeats (``seeds_06``), by default the
+    smol profile's faithful grid; the pilots, ablations and controls are read from their own files.
 
     Attributes:
         method_runs: every notebook-05 record of the profile; ``method_by_run`` by run name.
@@ -112,14 +121,13 @@ class Collection:
             ``provenance``: table name -> the rules that chose its rows, where a parameter did.
     """
 
-    def __init__(self, profile: str) -> None:
-        self.profile = profile
+    def __init__(self, profile: str, grid_05: str = GRID_05, grid_06: str = GRID_06, seeds_06: str = SEEDS_06) -> None:
+        self.profile, self.grid_05, self.grid_06, self.seeds_06 = profile, grid_05, grid_06, seeds_06
         self.params_dir = paths.PARAMS_DIR / profile
         found_06 = recorded_runs("06_attacks", profile)
         self.method_runs = recorded_runs("05_unlearn", profile)
         self.method_by_run = {_name(r): r for r in self.method_runs}
         self.defaults_06 = parameters.notebook_defaults("06_attacks")
-        found = {parameters.params_key(r["provenance"]["params"], self.defaults_06): r for r in found_06}
 
         # stale: the copied pre-attack properties of the unlearned weights no longer match its 05 run
         def attacked_other_weights(r):
@@ -127,8 +135,14 @@ class Collection:
             return bool(u) and (u not in self.method_by_run or any(
                 _row(r)[k] != _row(self.method_by_run[u])[k] for k in ("FRAG_x100", "l2_all")))
 
-        self.stale = [r["run"] for r in found.values() if attacked_other_weights(r)]
-        self.all_attacks = {k: r for k, r in found.items() if r["run"] not in self.stale}
+        self.stale = [r["run"] for r in found_06 if attacked_other_weights(r)]
+        self.all_attacks: dict[str, dict] = {}
+        for r in found_06:  # a run recorded twice under two names (two files list it) is read once
+            if r["run"] not in self.stale:
+                key = parameters.params_key(r["provenance"]["params"], self.defaults_06)
+                if key in self.all_attacks:
+                    print(f"{r['run']} repeats {self.all_attacks[key]['run']} (the same parameters): read once")
+                self.all_attacks.setdefault(key, r)
         self.sources: dict[str, list[str]] = {}
         self.provenance: dict[str, dict] = {}  # table name -> more provenance (the rules that chose its rows)
 
@@ -139,9 +153,13 @@ class Collection:
         return runs.plan_run(notebook, file) if file.is_file() else []
 
     def attacks_of_file(self, name: str) -> list[dict]:
-        """The recorded runs of one notebook-06 file, in file order; runs not recorded yet are left out."""
-        keys = [parameters.params_key(s.params, self.defaults_06) for s in self.planned("06_attacks", name)]
-        return [self.all_attacks[k] for k in keys if k in self.all_attacks]
+        """The recorded runs of one notebook-06 file, in file order, found by their parameters (a run
+        another file lists too is recorded under that file's name), else by name (the paper dry run
+        records the grid's names at smaller sizes); runs not recorded yet are left out."""
+        by_name = {_name(r): r for r in self.all_attacks.values()}
+        found = [self.all_attacks.get(parameters.params_key(s.params, self.defaults_06)) or by_name.get(s.name)
+                 for s in self.planned("06_attacks", name)]
+        return [r for r in found if r is not None]
 
     def methods_of_file(self, name: str) -> list[dict]:
         """The recorded runs of one notebook-05 file, in file order."""
@@ -158,20 +176,24 @@ class Collection:
         """One row per model of the faithful grid (``05_unlearn.table1.yaml``, file order): forget
         ES, ES on retain questions and Model Utility before any attack, the global L2 of the update,
         and FRAG, ``A_f``, ``A_r`` (x100) against the target."""
-        found = self.methods_of_file(GRID_05)
+        found = self.methods_of_file(self.grid_05)
         self.sources["unlearned_models"] = [r["run"] for r in found]
-        print(f"{len(found)} of {len(self.planned('05_unlearn', GRID_05))} runs of {GRID_05} recorded")
+        print(f"{len(found)} of {len(self.planned('05_unlearn', self.grid_05))} runs of {self.grid_05} recorded")
         return self._model_frame(found)
 
     def pilots(self) -> dict[str, pd.DataFrame]:
         """The two pilots that chose the grid's settings (``docs/choices.md``): ``strength_pilot``
         (each dense method in bf16 at several learning rates; the grid's own forget10 bf16 runs are
         its rows at the chosen rate) and ``protocol_pilot`` (the forget+retain attack at the
-        reference recipe and at the profile's)."""
+        reference recipe and at the profile's; the grid's own attack of GA on forget10 in bf16 is
+        the latter's first row)."""
         strength = self.methods_of_file(STRENGTH_PILOT) + [
-            r for r in self.methods_of_file(GRID_05) if _row(r)["forget_split"] == "forget10"
+            r for r in self.methods_of_file(self.grid_05) if _row(r)["forget_split"] == "forget10"
             and r["provenance"]["params"]["weights"] == "bf16" and _row(r)["method"] in DENSE]
-        protocol = self.attacks_of_file(PROTOCOL_PILOT)
+        protocol = self.attacks_of_file(PROTOCOL_PILOT) + [  # the grid's own attack is the scaled recipe on GA
+            r for r in self.attacks_of_file(self.grid_06) if _row(r)["attack_data"] == "forget_retain"
+            and _row(r)["forget_split"] == "forget10" and _row(r)["method"] == "ga"
+            and self.method_by_run[_row(r)["unlearned_run"]]["provenance"]["params"].get("weights") == "bf16"]
         settings = PILOT_SETTINGS[PROTOCOL_PILOT]
         attack_rows = pd.DataFrame([
             {"model": short_label(self.method_by_run[_row(r)["unlearned_run"]]),
@@ -198,10 +220,10 @@ class Collection:
         seeds enter Table 3 and the extended set as lists of ΔES, so that their intervals carry the
         seed noise (:func:`frag_utils.analysis.bootstrap_spearman`); Table 1 stays at the reference
         seed 42."""
-        specs = self.planned("06_attacks", GRID_06)
-        found = self.attacks_of_file(GRID_06)
+        specs = self.planned("06_attacks", self.grid_06)
+        found = self.attacks_of_file(self.grid_06)
         rows = tables.attack_rows(found, self.method_by_run, short_label)
-        repeat_records = self.attacks_of_file(SEEDS_06)
+        repeat_records = self.attacks_of_file(self.seeds_06)
         _same_attack_but_the_seed(repeat_records, found)
         repeats = tables.attack_rows(repeat_records, self.method_by_run, short_label)
         fr = rows[rows.attack_data.eq("forget_retain")]
@@ -210,35 +232,102 @@ class Collection:
         main = {u for u in fr.unlearned_run if not (_row(self.method_by_run[u])["method"] == "frp"
                                                     and self.method_by_run[u]["results"].get("made", {}).get("veto"))}
         by_precision, checkpoints, extended, listing = [], [], [], []
+        table3_runs, extended_runs = [], []
+        seeds = repeats[repeats.attack_data.eq("forget_retain")].groupby("unlearned_run").size()
+
+        def with_repeats(chosen: pd.DataFrame, runs_: list[str]) -> pd.DataFrame:
+            matched = repeats[repeats.unlearned_run.isin(chosen.unlearned_run)
+                              & repeats.attack_data.eq("forget_retain")]
+            runs_ += [*chosen.run, *matched.run]
+            return tables.with_seed_repeats(chosen, matched)
+
         for weights, g in fr.groupby("weights"):
             chosen = analysis.paper_table3_checkpoints(g, main)
             if len(chosen) >= 4:
-                chosen = tables.with_seed_repeats(chosen, repeats[repeats.unlearned_run.isin(chosen.unlearned_run)])
+                chosen = with_repeats(chosen, table3_runs)
                 table = analysis.table3_beside_authors(analysis.paper_table3(chosen, n_boot=n_boot))
                 by_precision.append(table.assign(weights=weights, checkpoints=len(chosen)))
                 checkpoints.append(chosen)
             ok, excluded = analysis.healthy(g[g.method.ne("gold")], min_utility_fraction)
-            listing.append(pd.concat([ok.assign(reason="included"), excluded]))
+            listed = pd.concat([ok.assign(reason="included"), excluded])
+            listing.append(listed.assign(attack_seeds=1 + listed.unlearned_run.map(seeds).fillna(0).astype(int)))
             if len(ok) >= 4:
-                ok = tables.with_seed_repeats(ok, repeats[repeats.unlearned_run.isin(ok.unlearned_run)])
-                extended.append(analysis.paper_table3(ok, n_boot=n_boot).assign(weights=weights))
+                extended.append(analysis.paper_table3(with_repeats(ok, extended_runs), n_boot=n_boot).assign(
+                    weights=weights))
         self.sources["table1"] = self.sources["table1_per_split"] = list(rows.run)
-        table3_runs = [*fr[fr.unlearned_run.isin(main)].run, *repeats[repeats.unlearned_run.isin(main)].run]
-        for name in ("table3_by_precision", "table3_by_precision_checkpoints", "claims"):
+        self.sources["frontier_table1"] = list(fr.run)
+        for name in ("table3_by_precision", "table3_by_precision_checkpoints", "claims", "table3_panels"):
             self.sources[name] = table3_runs
-        self.sources["table3_extended"] = self.sources["table3_extended_checkpoints"] = [
-            *fr.run, *repeats[repeats.attack_data.eq("forget_retain")].run]
+        self.sources["table3_extended"] = extended_runs
+        self.sources["table3_extended_checkpoints"] = list(fr[fr.method.ne("gold")].run)
         self.provenance["table3_extended"] = self.provenance["table3_extended_checkpoints"] = {
             "exclusion_rule": "gold model; Model Utility before the attack below "
                               f"{min_utility_fraction:g} x the target's"}
-        print(f"{len(found)} of {len(specs)} runs of {GRID_06} recorded, "
-              f"{len(repeats)} of {len(self.planned('06_attacks', SEEDS_06))} seed repeats of {SEEDS_06}")
+        print(f"{len(found)} of {len(specs)} runs of {self.grid_06} recorded, "
+              f"{len(repeats)} of {len(self.planned('06_attacks', self.seeds_06))} seed repeats of {self.seeds_06}")
         return {"rows": rows, "table1": tables.table1(rows) if len(rows) else pd.DataFrame(),
                 "per_split": tables.table1_per_split(rows),
                 "table3_by_precision": pd.concat(by_precision, ignore_index=True) if by_precision else pd.DataFrame(),
                 "table3_checkpoints": pd.concat(checkpoints, ignore_index=True) if checkpoints else pd.DataFrame(),
                 "table3_extended": pd.concat(extended, ignore_index=True) if extended else pd.DataFrame(),
                 "table3_extended_checkpoints": pd.concat(listing, ignore_index=True) if listing else pd.DataFrame()}
+
+    # -- step 5: the FRP ablations and the noise controls ----------------------------------------
+    def _centre(self) -> dict | None:
+        """The grid's FRP (P 0) on forget10 in bf16: the centre of the ablations, the run the noise
+        controls are scaled to."""
+        return next((r for r in self.methods_of_file(self.grid_05) if _row(r)["method"] == "frp"
+                     and _row(r)["forget_split"] == "forget10" and r["provenance"]["params"]["weights"] == "bf16"
+                     and not r["results"].get("made", {}).get("veto")), None)
+
+    def _attacked(self, models: list[dict], attack_data: str, files: tuple[str, ...]) -> pd.DataFrame:
+        """One row per model: its state before and after its ``attack_data`` attack (blank until
+        attacked) in ``files``."""
+        attacks = {_row(r)["unlearned_run"]: r for f in files for r in self.attacks_of_file(f)
+                   if _row(r)["attack_data"] == attack_data}
+        rows = []
+        for r in models:
+            a = attacks.get(_name(r))
+            made, after = r["results"].get("made", {}), _row(a) if a else {}
+            rows.append({"model": short_label(r), "variant": made.get("variant", ""), "lambda": made.get("lam"),
+                         "sparsity": made.get("sparsity"), **_row(r), "es_after": after.get("es_after"),
+                         "delta_es": after.get("delta_es"), "model_utility_after": after.get("model_utility_after"),
+                         "run": r["run"], "attack_run": a["run"] if a else ""})
+        return pd.DataFrame(rows)
+
+    def ablations(self) -> dict[str, pd.DataFrame]:
+        """The paper's Tables 5-7 (Appendix B.3) on forget10 in bf16: FRP with one setting varied
+        around the grid's FRP (P 0), under the retain attack: ``ablation_lambda`` (the weight of the
+        |W| rank; the paper's beta), ``ablation_sparsity`` (rho) and ``ablation_scoring`` (the
+        scoring rule). Each holds the centre, and stays empty until one run of its own is recorded."""
+        centre = self._centre()
+        found = self.methods_of_file(ABLATIONS_05)
+        if centre is None or not found:
+            return {"ablation_lambda": pd.DataFrame(), "ablation_sparsity": pd.DataFrame(),
+                    "ablation_scoring": pd.DataFrame()}
+        rows = self._attacked([centre, *found], "retain", (ABLATIONS_06, self.grid_06))
+        released, default_sparsity = rows.variant.eq("released"), rows.sparsity.eq(0.03)
+        out = {"ablation_lambda": (rows[released & default_sparsity], ["lambda"]),
+               "ablation_sparsity": (rows[released & rows["lambda"].eq(0.05)], ["sparsity"]),
+               "ablation_scoring": (rows[default_sparsity & (~released | rows["lambda"].eq(0.05))], ["variant"])}
+        tables = {}
+        for name, (t, key) in out.items():
+            t = t.sort_values(key, kind="stable").reset_index(drop=True) if len(t) > 1 else t.iloc[0:0]
+            tables[name] = t[[*key, *ABLATION_COLUMNS]]
+            self.sources[name] = [*t.run, *[r for r in t.attack_run if r]]
+        return tables
+
+    def noise_controls(self) -> pd.DataFrame:
+        """The direction-blind controls (Appendix A.2, ``05_unlearn.controls.yaml``): isotropic noise
+        scaled to the grid's FRP (P 0) L2 on forget10 in bf16, beside that FRP run, each under the
+        forget+retain attack (blank until attacked)."""
+        centre, found = self._centre(), self.methods_of_file(CONTROLS_05)
+        if centre is None or not found:
+            return pd.DataFrame()
+        table = self._attacked([centre, *found], "forget_retain", (CONTROLS_06, self.grid_06))
+        table = table[["model", *ABLATION_COLUMNS]]
+        self.sources["noise_controls"] = [*table.run, *[r for r in table.attack_run if r]]
+        return table
 
     # -- runs outside the grid, and the figures' data --------------------------------------------
     def other_runs(self) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -261,7 +350,7 @@ class Collection:
         other_06 = [r for r in recorded_runs("06_attacks", self.profile) if r["run"] not in self.stale
                     and user_run("06_attacks", r)]
         grid_delta = {(_row(r)["unlearned_run"], _row(r)["attack_data"]): _row(r)["delta_es"]
-                      for r in self.attacks_of_file(GRID_06)}
+                      for r in self.attacks_of_file(self.grid_06)}
         attacks_ = pd.DataFrame([
             {"model": short_label(self.method_by_run[_row(r)["unlearned_run"]])
              if _row(r)["unlearned_run"] in self.method_by_run else _row(r)["unlearned_run"],
@@ -278,11 +367,13 @@ class Collection:
               f"{len(attacks_)} of notebook 06")
         return attacks_, methods
 
-    def per_layer_frag(self, weights: str = "bf16", forget_split: str = "forget10") -> pd.DataFrame:
-        """Per model of the grid in one precision and split, and decoder block: its contribution to
-        FRAG (``A_f`` share − gamma · ``A_r`` share, x100, summed over the block's projections)."""
-        rows = []
-        for r in self.methods_of_file(GRID_05):
+    def per_layer_frag(self, forget_split: str = "forget10") -> pd.DataFrame:
+        """Per model of the grid on one split in one precision (bf16 where the grid has it), and
+        decoder block: its contribution to FRAG (``A_f`` share − gamma · ``A_r`` share, x100, summed
+        over the block's projections)."""
+        rows, found = [], self.methods_of_file(self.grid_05)
+        weights = "bf16" if any(r["provenance"]["params"].get("weights") == "bf16" for r in found) else "fp32"
+        for r in found:
             p = r["provenance"]["params"]
             if p.get("weights", "fp32") != weights or p["forget_split"] != forget_split:
                 continue
@@ -291,6 +382,8 @@ class Collection:
                 block = int(m["module"].split("layers.")[1].split(".")[0]) if "layers." in m["module"] else -1
                 rows.append({"model": short_label(r), "block": block,
                              "contribution_x100": 100 * (m["a_f_share"] - gamma * m["a_r_share"])})
+        self.sources["per_layer_frag"] = [r["run"] for r in found if r["provenance"]["params"].get("weights", "fp32")
+                                          == weights and r["provenance"]["params"]["forget_split"] == forget_split]
         if not rows:
             return pd.DataFrame()
         return pd.DataFrame(rows).groupby(["model", "block"], sort=False, as_index=False).sum()
@@ -298,14 +391,12 @@ class Collection:
     # -- writing ---------------------------------------------------------------------------------
     def write(self, out_dir: Path, prov: dict, tables_: dict[str, pd.DataFrame], figures: dict[str, Any]) -> list[str]:
         """Write each non-empty table (Markdown, LaTeX, CSV, and provenance naming its source runs,
-        with :data:`WRITE_OPTIONS`) and each figure (PNG, provenance) to ``out_dir``. A table that
-        came out empty has its earlier files removed (no stale table: its records were left out or
-        removed since). Returns the names written."""
+        with :data:`WRITE_OPTIONS`) and each figure (PNG, provenance) to ``out_dir``, and remove every
+        other table or figure there (no stale file: a table that came out empty, a figure not drawn,
+        one this code no longer makes). Returns the names written."""
         written = []
         for name, table in tables_.items():
             if not len(table):
-                for f in out_dir.glob(f"{name}.*"):
-                    f.unlink()
                 continue
             options = WRITE_OPTIONS.get(name, {})
             formats = {k: f for k, f in options.get("formats", {}).items() if k in table}
@@ -315,7 +406,10 @@ class Collection:
                                 sort_by=options.get("sort_by"), formats=formats or None)
             written.append(name)
         for name, fig in figures.items():
-            source = FIGURE_SOURCES[name]
-            records.write_figure(fig, out_dir / name, {**prov, "source_runs": self.sources.get(source, [])})
+            records.write_figure(fig, out_dir / name, {**prov, "source_runs": self.sources.get(name, [])})
             written.append(name)
+        for f in out_dir.iterdir():
+            if f.name.split(".")[0] not in written and f.suffix in (".md", ".csv", ".tex", ".png", ".json") \
+                    and f.name != paths.RESULTS_FILE:
+                f.unlink()
         return written

@@ -140,7 +140,7 @@ APPLIES = {
                                                                  and p.get("sp_variant") != "released"),
         "frp_variant": _methods("frp"), "frp_lam": _frp("released", "eq6", "paper"),
         "frp_veto": _frp("released"), "frp_beta": _frp("eq6", "paper"),
-        "sp_variant": _methods("sp"), "match_l2_run": _methods("sp"),
+        "sp_variant": _methods("sp"), "match_l2_run": _methods("sp", "noise"), "noise_scale": _methods("noise"),
         **{k: _methods(*_GRADIENT) for k in ("lr", "epochs", "batch_size", "grad_accum", "warmup_epochs", "bf16")},
         "npo_beta": _methods("npo"),
         **{k: _methods("rmu") for k in ("rmu_layer", "rmu_coeff", "rmu_alpha", "rmu_trainable")},

@@ -118,6 +118,30 @@ def per_layer_frag(per_layer: pd.DataFrame) -> Any:
     return grid.figure
 
 
+NOISE_PANELS = {"l2_all": "global L2", "A_f_x100": "cos(F, ΔW²) x100", "A_r_x100": "cos(R, ΔW²) x100",
+                "FRAG_x100": "FRAG gap (Eq. 5) x100", "es": "forget ES before the attack",
+                "delta_es": "ΔES (forget+retain attack)"}
+
+
+def noise_controls(table: pd.DataFrame) -> Any:
+    """The direction-blind controls beside FRP (``table``: ``model`` and the columns of
+    :data:`NOISE_PANELS`): a panel per quantity, a bar per checkpoint. Noise at FRP's L2 has about
+    FRP's L2 and a larger cos F, yet a FRAG gap near zero, and forgets nothing."""
+    plt, sns = _pyplot()
+    fig, axes = plt.subplots(1, len(NOISE_PANELS), figsize=(2.4 * len(NOISE_PANELS), 3.2))
+    colours = dict(zip(table.model, sns.color_palette(n_colors=len(table))))
+    for ax, (column, title) in zip(axes, NOISE_PANELS.items()):
+        values = pd.to_numeric(table[column], errors="coerce")
+        ax.bar(range(len(table)), values.fillna(0), color=[colours[m] for m in table.model])
+        for i, v in enumerate(values):
+            ax.text(i, 0, "not yet" if pd.isna(v) else "", rotation=90, fontsize=6, ha="center", va="bottom")
+        ax.set_xticks(range(len(table)), table.model, rotation=35, ha="right", fontsize=6)
+        ax.set_title(title, fontsize=7)
+        ax.tick_params(axis="y", labelsize=6)
+    fig.tight_layout()
+    return fig
+
+
 def close(fig: Any) -> None:
     """Free a figure once it is saved (and shown)."""
     import matplotlib.pyplot as plt

@@ -10,7 +10,7 @@ resumable grids of such runs, reruns that print their drift against the record.
   temporary file and renamed at the end.
 * A recorded run whose checkpoint a run needs and the cache lacks (a fresh machine, edited code)
   is remade into the cache, and its drift against the record printed; the record stays.
-* A checkpoint half-written by a killed run is deleted before the next run (:func:`drop_torn_checkpoints`).
+* A checkpoint half-written by a killed run is deleted before it reruns (:func:`drop_torn_checkpoints`).
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import contextlib
 import json
 import os
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,15 +129,21 @@ def _failed(spec: RunSpec, tmp: Path, had_record: bool, err: Exception, remaking
     return RunError(f"{spec.notebook.stem}/{spec.name} failed{what.rstrip('.')}. {where}{after}")
 
 
-def drop_torn_checkpoints() -> list[Path]:
-    """Delete (and return) the trainer checkpoints of the cache's work folders that lack
-    ``trainer_state.json``: the Trainer writes it last, so such a checkpoint was cut off mid-write,
-    and resuming would pick it as the newest and fail; the run resumes from the one before."""
-    torn = [c for c in paths.cache_dir().glob("**/*.work/checkpoint-*")
-            if c.is_dir() and c.name.split("-")[-1].isdigit() and not (c / "trainer_state.json").is_file()]
-    for checkpoint in torn:
-        print(f"deleted the half-written checkpoint {checkpoint} (a run was stopped while writing it)")
-        shutil.rmtree(checkpoint)
+def drop_torn_checkpoints(spec: RunSpec) -> list[Path]:
+    """Delete (and return) the trainer checkpoints without a readable ``trainer_state.json`` (the
+    Trainer writes it last: cut off mid-write) in ``spec``'s own work folders only (``*--<run>.work``,
+    02's ``target.work``, ``gold_<split>.work``; another runner may be writing elsewhere)."""
+    root, p = paths.cache_dir() / "checkpoints" / paths.safe_name(str(spec.params.get("profile"))), spec.params
+    works = [*root.glob(f"*--{paths.safe_name(spec.name)}.work"), *(
+        [root / "target.work", root / f"gold_{p.get('forget_split')}.work"] if "target" in spec.notebook.stem else [])]
+    torn = []
+    for c in (c for w in works for c in sorted(w.glob("checkpoint-*")) if c.name.split("-")[-1].isdigit()):
+        with contextlib.suppress(OSError, ValueError):
+            json.loads((c / "trainer_state.json").read_text())
+            continue
+        torn.append(c)
+        print(f"deleted the half-written checkpoint {c} (its run was stopped while writing it)")
+        shutil.rmtree(c)
     return torn
 
 
@@ -173,7 +180,7 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, record_to:
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     numerics.pin_threads()
-    drop_torn_checkpoints()
+    drop_torn_checkpoints(spec)
     start = time.time()
     try:
         # the kernel's own log stays at errors: ipykernel 7 warns at every start that its local TCP
@@ -401,11 +408,9 @@ def run_grid(specs: list[RunSpec], force: bool = False, select: str | None = Non
     fresh machine, whose cache is empty while the records are committed, can run any selection.
 
     Args:
-        specs: the runs, in order.
-        force: rerun complete runs too.
-        select: keep only runs whose ``<notebook>/<run name>`` contains this.
-        universe: where the runs they read from are looked up (default ``specs``).
-        log: a list the entries are appended to as they come (kept by the caller when a run fails).
+        specs: the runs, in order; ``force``: rerun complete runs too; ``select``: keep only runs whose
+            ``<notebook>/<run name>`` contains this; ``universe``: where the runs they read from are
+            looked up (default ``specs``); ``log``: the entries are appended to it as they come.
     Returns:
         The log: per run ``run``, ``status`` (``done``, ``skipped (complete)``, ``failed``),
         ``seconds``, ``reason`` for a run made because another reads from it, ``drift`` for a remake.
@@ -452,13 +457,10 @@ def find_run(run: str) -> tuple[RunSpec, list[RunSpec]]:
         RunError: no such run in any profile's parameter files.
     """
     notebook, _, name = run.strip("/").partition("/")
-    for profile in profiles():
-        if not name.startswith(profile):
-            continue
-        specs = grid(profile)
-        for s in specs:
-            if (s.notebook.stem, s.name) == (notebook, name):
-                return s, specs
+    for specs in (grid(p) for p in profiles() if name.startswith(p)):
+        found = next((s for s in specs if (s.notebook.stem, s.name) == (notebook, name)), None)
+        if found:
+            return found, specs
     raise RunError(f"No run '{run}' in the parameter files (papermill_runs/params/<profile>/); name it as "
                    "<notebook>/<run folder>, e.g. 02_target_and_gold/tiny.")
 
@@ -475,8 +477,6 @@ def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
     Raises:
         RunError: an unknown or unrecorded run, or a workdir that is not empty.
     """
-    import tempfile
-
     spec, specs = find_run(run)
     chain = [*upstream(spec, specs), spec]
     unrecorded = [f"{s.notebook.stem}/{s.name}" for s in chain if not s.is_complete()]

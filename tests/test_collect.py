@@ -17,17 +17,23 @@ def _record(notebook, name, root=None):
     return json.loads(((root or paths.RUNS_DIR) / notebook / name / "results.json").read_text())
 
 
+def _complete(folder, notebook):
+    return (folder / "results.json").is_file() and (folder / f"{notebook}.ipynb").is_file()
+
+
 def _attack_records(root=None, attack_data=None):
     """Every committed attack record of the grid's attack file (slow: every 06 record opened and its
     parameters compared with the file's entries, defaults of the notebook aside)."""
-    wanted = [{k: v for k, v in e.items()} for e in yaml.safe_load((PARAMS / collect.GRID_06).read_text())]
+    wanted = yaml.safe_load((PARAMS / collect.GRID_06).read_text())
     found = []
-    for file in sorted(((root or paths.RUNS_DIR) / "06_attacks").glob("smol.table1__*/results.json")):
-        rec = json.loads(file.read_text())
+    for folder in sorted(((root or paths.RUNS_DIR) / "06_attacks").glob("smol*")):
+        if not _complete(folder, "06_attacks"):
+            continue
+        rec = json.loads((folder / "results.json").read_text())
         p = rec["provenance"]["params"]
         if any(all(p.get(k) == v for k, v in e.items()) and p.get("seed") == 42 for e in wanted):
             if attack_data in (None, p["attack_data"]):
-                found.append({"folder": file.parent.name, **rec})
+                found.append({"folder": folder.name, **rec})
     return found
 
 
@@ -39,7 +45,7 @@ def smol():
 def test_the_models_table_is_the_grid_files_records(smol):
     table = smol.models()
     recorded = [d.name for d in sorted((paths.RUNS_DIR / "05_unlearn").glob("smol.table1__*"))
-                if (d / "results.json").is_file()]
+                if _complete(d, "05_unlearn")]
     assert sorted(table.run) == sorted(f"05_unlearn/{n}" for n in recorded) and len(table)
     for _, row in table.iterrows():
         rec = _record(*row.run.split("/"))
@@ -65,12 +71,17 @@ def test_table1_per_split_holds_each_attacks_delta_es_as_recorded(smol):
 
 def test_table3_takes_the_papers_five_methods_and_the_extended_set_leaves_out_gold_and_collapsed(smol):
     t1 = smol.table1(n_boot=20)
-    chosen = t1["table3_checkpoints"]
     fr = _attack_records(attack_data="forget_retain")
-    if len(chosen):
-        assert set(chosen.method) <= {"graddiff", "npo", "rmu", "sp", "frp"}
-        assert not chosen.duplicated(["weights", "method", "forget_split"]).any()
-        assert set(chosen[chosen.method.eq("frp")].model) <= {"FRP (P 0)"}
+    bf16 = []
+    for rec in fr:
+        model = _record("05_unlearn", rec["results"]["row"]["unlearned_run"])
+        veto = model["results"].get("made", {}).get("veto")
+        if model["provenance"]["params"]["weights"] == "bf16" and model["results"]["row"]["method"] in (
+                "graddiff", "npo", "rmu", "sp", "frp") and not veto:
+            bf16.append(f"06_attacks/{rec['folder']}")
+    chosen = t1["table3_checkpoints"]
+    assert len(bf16) >= 4  # the committed records hold a bf16 Table 3
+    assert sorted(chosen[chosen.weights.eq("bf16")].run) == sorted(bf16)
     listing = t1["table3_extended_checkpoints"]
     for rec in fr:
         row = rec["results"]["row"]
@@ -81,6 +92,11 @@ def test_table3_takes_the_papers_five_methods_and_the_extended_set_leaves_out_go
             continue
         healthy = row["model_utility_before"] >= 0.5 * model["target_model_utility"]
         assert list(in_listing.reason) == (["included"] if healthy else ["Model Utility below 0.5 x target's"])
+    extended = t1["table3_extended"]
+    for weights, g in listing.groupby("weights"):
+        included = int(g.reason.eq("included").sum())
+        rows = extended[extended.weights.eq(weights) & extended.subset.eq("all")] if len(extended) else extended
+        assert list(rows.n.unique()) == ([included] if included >= 4 else [])
 
 
 @pytest.fixture
@@ -143,3 +159,71 @@ def test_a_seed_repeat_must_be_the_same_attack_at_a_new_seed():
         _same_attack_but_the_seed([rec("06/a42", 42)], attacks)
     with pytest.raises(ValueError, match="already run with \\(1\\)"):
         _same_attack_but_the_seed([rec("06/a1", 1), rec("06/a1bis", 1)], attacks)
+
+
+def _fake_record(root, notebook, spec, source_folder, row=None, made=None):
+    """A record of a planned run, made from a committed one: the run's own parameters, the source's
+    executed notebook, and the given row and ``made`` values over the source's."""
+    src = json.loads((root / notebook / source_folder / "results.json").read_text())
+    src["provenance"]["params"] = dict(spec.params)
+    src["results"]["row"].update(row or {})
+    if "unlearned_run" in src["results"]:
+        src["results"]["unlearned_run"] = spec.params["unlearned_run"]
+    if made is not None:
+        src["results"]["made"] = {**src["results"].get("made", {}), **made}
+    folder = root / notebook / spec.name
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps(src))
+    shutil.copy(root / notebook / source_folder / f"{notebook}.ipynb", folder / f"{notebook}.ipynb")
+
+
+FRP = "smol.table1__forget_split=forget10__frp_veto=0__method=frp__prune_precision=fp32__weights=bf16"
+
+
+def test_ablations_and_noise_controls_set_each_model_beside_the_grids_frp(copied_runs):
+    from frag_utils import runs
+
+    assert all(not len(t) for t in collect.Collection("smol").ablations().values())  # nothing of their own yet
+    sparse = next(s for s in runs.plan_run("05_unlearn", PARAMS / collect.ABLATIONS_05) if s.params["sparsity"] == 0.01)
+    _fake_record(copied_runs, "05_unlearn", sparse, FRP, row={"es": 0.5, "l2_all": 100.0}, made={"sparsity": 0.01})
+    attack = next(s for s in runs.plan_run("06_attacks", PARAMS / collect.ABLATIONS_06)
+                  if s.params["unlearned_run"] == sparse.name)
+    frp_attack = next(r["folder"] for r in _attack_records(copied_runs, "forget_retain")
+                      if r["provenance"]["params"]["unlearned_run"] == FRP)
+    _fake_record(copied_runs, "06_attacks", attack, frp_attack,
+                 row={"unlearned_run": sparse.name, "attack_data": "retain", "delta_es": 0.123, "l2_all": 100.0})
+    tables = collect.Collection("smol").ablations()
+    assert not len(tables["ablation_lambda"]) and not len(tables["ablation_scoring"])
+    t = tables["ablation_sparsity"]
+    assert list(t.sparsity) == [0.01, 0.03] and list(t.es) == [0.5, _record("05_unlearn", FRP)["results"]["row"]["es"]]
+    assert t.delta_es.iloc[0] == 0.123 and t.attack_run.iloc[0] == f"06_attacks/{attack.name}"
+
+    noise = runs.plan_run("05_unlearn", PARAMS / collect.CONTROLS_05)[1]
+    assert noise.params["noise_scale"] == 1.0 and noise.params["match_l2_run"] == FRP
+    _fake_record(copied_runs, "05_unlearn", noise, FRP, row={"method": "noise", "FRAG_x100": 0.01})
+    table = collect.Collection("smol").noise_controls()
+    assert list(table.model) == ["FRP (P 0)", "noise (1x FRP's L2)"]
+    grid_attack = _record("06_attacks", frp_attack, copied_runs)["results"]["row"]
+    assert table.delta_es.iloc[0] == grid_attack["delta_es"] and table.delta_es.isna().iloc[1]
+
+
+def test_a_seed_repeat_enters_table3_as_a_list_of_delta_es(copied_runs):
+    from frag_utils import runs
+
+    grid = collect.Collection("smol")
+    chosen = grid.table1(n_boot=20)["table3_checkpoints"]
+    first = chosen[chosen.weights.eq("bf16")].iloc[0]
+    repeat = next(s for s in runs.plan_run("06_attacks", PARAMS / collect.SEEDS_06)
+                  if s.params["unlearned_run"] == first.unlearned_run and s.params["seed"] == 1)
+    _fake_record(copied_runs, "06_attacks", repeat, first.run.split("/")[1], row={"delta_es": 0.777})
+    collection = collect.Collection("smol")
+    again = collection.table1(n_boot=20)
+    row = again["table3_checkpoints"].set_index("run").loc[first.run]
+    assert row.attack_seeds == 2 and list(row.delta_es) == [first.delta_es[0], 0.777]
+    table = again["table3_by_precision"]
+    assert int(table[table.weights.eq("bf16")].attacks.iloc[0]) == int(table[table.weights.eq("bf16")].n.iloc[0]) + 1
+    listing = again["table3_extended_checkpoints"].set_index("run")
+    assert listing.loc[first.run, "attack_seeds"] == 2
+    sources = collection.sources["table3_by_precision"]
+    assert f"06_attacks/{repeat.name}" in sources and first.run in sources
+    assert all(_record(*r.split("/"), copied_runs)["results"]["row"]["method"] != "gold" for r in sources)

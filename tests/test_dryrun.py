@@ -26,6 +26,11 @@ def test_every_notebook_of_the_paper_profile_runs_end_to_end(dry):
                for f in (root / "papermill_runs" / "05_unlearn").glob(f"*/{paths.RESULTS_FILE}")}
     assert methods == {"gold", "frp", "sp", "ga", "graddiff", "npo", "rmu"}
     assert (root / "figures" / "paper").is_dir() and any((root / "figures" / "paper").iterdir())
+    # notebook 09 collects the paper profile's own grid files: every model, and the attacked ones per split
+    models = (root / "figures" / "paper" / "unlearned_models.csv").read_text()
+    assert all(m in models for m in ("gold", "GA", "GradDiff", "NPO", "RMU", "SP", "FRP (P 0)"))
+    per_split = (root / "figures" / "paper" / "table1_per_split.csv").read_text()
+    assert "gold" in per_split and "NPO" in per_split
 
 
 def test_only_models_data_sizes_and_cpu_precision_differ_from_the_paper_files(dry):

@@ -4,7 +4,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from frag_utils import data, metrics, models, runs, train
+from frag_utils import data, metrics, models, paths, runs, train
 
 from conftest import same_weights
 
@@ -63,7 +63,8 @@ def test_a_checkpoint_cut_off_while_written_is_dropped_and_the_run_resumes_befor
     full = models.build_tiny_model(len(tokenizer), seed=0)
     train.finetune(full, tokenizer, recs, CFG, tmp_path / "uninterrupted")
 
-    work = tmp_path / "cache" / "checkpoints" / "t" / "model.work"
+    spec = runs.RunSpec(paths.NOTEBOOKS_DIR / "05_unlearn.ipynb", {"profile": "t"}, "t__method=ga")
+    work = tmp_path / "cache" / "checkpoints" / "t" / "unlearned_forget10--t__method=ga.work"
     killed = models.build_tiny_model(len(tokenizer), seed=0)
     trainer = train.make_trainer(killed, tokenizer, train.QADataset(tokenizer, recs), CFG, work,
                                  callbacks=[_KillAfterFirstSave()])
@@ -76,17 +77,22 @@ def test_a_checkpoint_cut_off_while_written_is_dropped_and_the_run_resumes_befor
     (work / "checkpoint-4" / "rng_state.pth").unlink()
     optimizer = work / "checkpoint-4" / "optimizer.pt"
     optimizer.write_bytes(optimizer.read_bytes()[:100])
+    other = tmp_path / "cache" / "checkpoints" / "t" / "attacks--t.x__unlearned_run=t__method=ga.work" / "checkpoint-4"
+    shutil.copytree(work / "checkpoint-4", other)  # another run's, perhaps being written by another runner
     with pytest.raises(FileNotFoundError, match="trainer_state.json"):
         train.finetune(models.build_tiny_model(len(tokenizer), seed=0), tokenizer, recs, CFG, work)
+    (work / "checkpoint-6").mkdir()  # a trainer state cut off mid-write
+    (work / "checkpoint-6" / "trainer_state.json").write_text('{"global_step": ')
 
-    assert runs.drop_torn_checkpoints() == [work / "checkpoint-4"]
+    assert runs.drop_torn_checkpoints(spec) == [work / "checkpoint-4", work / "checkpoint-6"]
+    assert other.is_dir()
     assert sorted(c.name for c in work.glob("checkpoint-*")) == ["checkpoint-2"]
     restarted = models.build_tiny_model(len(tokenizer), seed=0)
     summary = train.finetune(restarted, tokenizer, recs, CFG, work)
     assert summary["resumed_from"].endswith("checkpoint-2")
     sa, sb = full.state_dict(), restarted.state_dict()
     assert all(torch.allclose(sa[k], sb[k], atol=1e-6) for k in sa)
-    assert runs.drop_torn_checkpoints() == []
+    assert runs.drop_torn_checkpoints(spec) == []
 
 
 def test_train_or_reuse_reuses_only_matching_checkpoints(tokenizer, qa_records, tmp_path, monkeypatch):
