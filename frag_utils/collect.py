@@ -66,8 +66,11 @@ def short_label(record: dict) -> str:
     """The paper's name of a notebook-05 record's method (FRP with its veto P), for tables and
     figures whose parameter file fixes every other setting (the file and the notebook say which)."""
     method = _row(record)["method"]
+    params = record["provenance"]["params"]
     if method == "noise":
-        return f"noise ({record['provenance']['params']['noise_scale']:g}x FRP's L2)"
+        return f"noise ({params['noise_scale']:g}x FRP's L2)"
+    if method == "sp" and params.get("match_l2_run"):
+        return "SP (at FRP's L2)"
     if method == "frp":
         return f"FRP (P {float(record['results'].get('made', {}).get('veto') or 0):g})"
     return METHOD_NAMES.get(method, method)
@@ -318,9 +321,10 @@ class Collection:
         return tables
 
     def noise_controls(self) -> pd.DataFrame:
-        """The direction-blind controls (Appendix A.2, ``05_unlearn.controls.yaml``): isotropic noise
-        scaled to the grid's FRP (P 0) L2 on forget10 in bf16, beside that FRP run, each under the
-        forget+retain attack (blank until attacked)."""
+        """The controls of ``05_unlearn.controls.yaml`` beside the grid's FRP (P 0) on forget10 in
+        bf16: isotropic noise scaled to its L2 (direction-blind, Appendix A.2) and SP pruned to its
+        L2 (matched update norm, Appendix C.4), each under the forget+retain attack (blank until
+        attacked)."""
         centre, found = self._centre(), self.methods_of_file(CONTROLS_05)
         if centre is None or not found:
             return pd.DataFrame()

@@ -198,13 +198,15 @@ def test_ablations_and_noise_controls_set_each_model_beside_the_grids_frp(copied
     assert list(t.sparsity) == [0.01, 0.03] and list(t.es) == [0.5, _record("05_unlearn", FRP)["results"]["row"]["es"]]
     assert t.delta_es.iloc[0] == 0.123 and t.attack_run.iloc[0] == f"06_attacks/{attack.name}"
 
-    noise = runs.plan_run("05_unlearn", PARAMS / collect.CONTROLS_05)[1]
-    assert noise.params["noise_scale"] == 1.0 and noise.params["match_l2_run"] == FRP
+    controls = runs.plan_run("05_unlearn", PARAMS / collect.CONTROLS_05)
+    noise, sp = controls[1], controls[2]
+    assert noise.params["noise_scale"] == 1.0 and noise.params["match_l2_run"] == FRP == sp.params["match_l2_run"]
     _fake_record(copied_runs, "05_unlearn", noise, FRP, row={"method": "noise", "FRAG_x100": 0.01})
+    _fake_record(copied_runs, "05_unlearn", sp, FRP, row={"method": "sp"})
     table = collect.Collection("smol").noise_controls()
-    assert list(table.model) == ["FRP (P 0)", "noise (1x FRP's L2)"]
+    assert list(table.model) == ["FRP (P 0)", "noise (1x FRP's L2)", "SP (at FRP's L2)"]
     grid_attack = _record("06_attacks", frp_attack, copied_runs)["results"]["row"]
-    assert table.delta_es.iloc[0] == grid_attack["delta_es"] and table.delta_es.isna().iloc[1]
+    assert table.delta_es.iloc[0] == grid_attack["delta_es"] and table.delta_es.iloc[1:].isna().all()
 
 
 def test_a_seed_repeat_enters_table3_as_a_list_of_delta_es(copied_runs):
