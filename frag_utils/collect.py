@@ -24,6 +24,9 @@ STRENGTH_PILOT, PROTOCOL_PILOT = "05_unlearn.strength_bf16.yaml", "06_attacks.pr
 # the FRP ablations (Tables 5-7, retain attack) and the direction-blind noise controls (Appendix A.2)
 ABLATIONS_05, ABLATIONS_06 = "05_unlearn.ablations.yaml", "06_attacks.ablations.yaml"
 CONTROLS_05, CONTROLS_06 = "05_unlearn.controls.yaml", "06_attacks.controls.yaml"
+# the paper's Table 5 order: |W|, |W| x_f, |W| x_f / x_r, then Eq. 6 as printed (not in the paper's
+# table) and FRP as released
+SCORING_ORDER = ("magnitude", "magnitude_xf", "magnitude_ratio", "eq6", "released")
 ABLATION_COLUMNS = ["es", "model_utility", "es_after", "delta_es", "model_utility_after", "l2_all", "FRAG_x100",
                     "A_f_x100", "A_r_x100", "run", "attack_run"]
 MODEL_COLUMNS = ["model", "method", "weights", "forget_split", "es", "es_retain", "model_utility", "l2_all",
@@ -34,8 +37,8 @@ OTHER_ATTACK_KEYS = ("attack_data", "lr", "optimizer", "epochs", "lora_rank", "f
 # how each table is written (:meth:`Collection.write`): formats per column (of those the table
 # has), a complete sort key, more provenance
 WRITE_OPTIONS: dict[str, dict] = {
-    **{name: {"formats": {"lambda": "g", "sparsity": "g"}} for name in ("ablation_lambda", "ablation_sparsity",
-                                                                        "ablation_scoring")},
+    **{name: {"formats": {"lambda": "g", "sparsity": "g", "frp_sparsity": "g", "sp_sparsity": "g"}}
+       for name in ("ablation_lambda", "ablation_sparsity", "ablation_scoring", "matched_controls")},
     **{name: {"formats": {"lr": "g", "rmu_coeff": "g", "model_lr": "g"}}
        for name in ("strength_pilot", "protocol_pilot", "other_runs_attacks", "other_runs_unlearning")},
     "grid_times": {"formats": {"hours": ".2f", "median_minutes": ".1f", "estimated_hours": ".2f"},
@@ -70,7 +73,7 @@ def short_label(record: dict) -> str:
     if method == "noise":
         return f"noise ({params['noise_scale']:g}x FRP's L2)"
     if method == "sp" and params.get("match_l2_run"):
-        return "SP (at FRP's L2)"
+        return "SP (at an FRP run's L2)"
     if method == "frp":
         return f"FRP (P {float(record['results'].get('made', {}).get('veto') or 0):g})"
     return METHOD_NAMES.get(method, method)
@@ -314,24 +317,62 @@ class Collection:
                "ablation_sparsity": (rows[released & rows["lambda"].eq(0.05)], ["sparsity"]),
                "ablation_scoring": (rows[default_sparsity & (~released | rows["lambda"].eq(0.05))], ["variant"])}
         tables = {}
+        order = {v: i for i, v in enumerate(SCORING_ORDER)}
+        rows = rows.assign(variant=pd.Categorical(rows.variant, categories=sorted(set(rows.variant), key=order.get)))
         for name, (t, key) in out.items():
             t = t.sort_values(key, kind="stable").reset_index(drop=True) if len(t) > 1 else t.iloc[0:0]
             tables[name] = t[[*key, *ABLATION_COLUMNS]]
             self.sources[name] = [*t.run, *[r for r in t.attack_run if r]]
         return tables
 
-    def noise_controls(self) -> pd.DataFrame:
-        """The controls of ``05_unlearn.controls.yaml`` beside the grid's FRP (P 0) on forget10 in
-        bf16: isotropic noise scaled to its L2 (direction-blind, Appendix A.2) and SP pruned to its
-        L2 (matched update norm, Appendix C.4), each under the forget+retain attack (blank until
-        attacked)."""
+    def controls(self) -> dict[str, pd.DataFrame]:
+        """The controls of ``05_unlearn.controls.yaml`` (blank where not attacked yet):
+
+        * ``noise_controls`` (Appendix A.2): the grid's FRP (P 0) on forget10 in bf16 and the noise
+          scaled to its L2, under the retain and the forget+retain attacks;
+        * ``matched_controls`` (Appendix C.4): FRP against SP at the same budget (the sweep's FRP at
+          2.5 % and 5 % against SP at 2.5 % and the grid's 5 %) and at the same update norm (SP
+          pruned to the L2 of FRP at 1.5 % and 4 %), one row per pair, under forget+retain.
+        """
         centre, found = self._centre(), self.methods_of_file(CONTROLS_05)
+        out = {"noise_controls": pd.DataFrame(), "matched_controls": pd.DataFrame()}
         if centre is None or not found:
-            return pd.DataFrame()
-        table = self._attacked([centre, *found], "forget_retain", (CONTROLS_06, self.grid_06))
-        table = table[["model", *ABLATION_COLUMNS]]
-        self.sources["noise_controls"] = [*table.run, *[r for r in table.attack_run if r]]
-        return table
+            return out
+        files = (CONTROLS_06, self.grid_06)
+        noise = [r for r in found if _row(r)["method"] == "noise"
+                 and r["provenance"]["params"]["match_l2_run"] == _name(centre)]  # scaled to this FRP run
+        fr = self._attacked([centre, *noise], "forget_retain", files)
+        retain = self._attacked([centre, *noise], "retain", (*files, ABLATIONS_06))
+        columns = ["model", "es", "model_utility", "l2_all", "A_f_x100", "A_r_x100", "FRAG_x100"]
+        out["noise_controls"] = fr[columns].assign(retain_delta_es=retain.delta_es, forget_retain_delta_es=fr.delta_es,
+                                                   run=fr.run)
+        self.sources["noise_controls"] = [*fr.run, *[r for r in (*fr.attack_run, *retain.attack_run) if r]]
+
+        frp = {_name(r): r for r in self.methods_of_file(ABLATIONS_05) if r["results"].get("made", {}).get(
+            "variant") == "released" and r["provenance"]["params"]["frp_lam"] == 0.05}
+        grid_sp = [r for r in self.methods_of_file(self.grid_05) if _row(r)["method"] == "sp"
+                   and _row(r)["forget_split"] == "forget10" and r["provenance"]["params"]["weights"] == "bf16"]
+        pairs = []
+        for sp in [r for r in found if _row(r)["method"] == "sp"] + grid_sp:
+            matched = sp["provenance"]["params"]["match_l2_run"]
+            budget = sp["results"].get("made", {}).get("sparsity")
+            partner = frp.get(matched) if matched else next(
+                (r for r in frp.values() if r["results"]["made"].get("sparsity") == budget), None)
+            if partner is not None:
+                pairs.append(("update norm" if matched else "sparsity", partner, sp))
+        if pairs:
+            attacked = self._attacked([r for _, f, s in pairs for r in (f, s)], "forget_retain", (*files, ABLATIONS_06))
+            rows = []
+            for i, kind in enumerate(kind for kind, _, _ in pairs):
+                a, b = attacked.iloc[2 * i], attacked.iloc[2 * i + 1]
+                rows.append({"matched": kind, "frp_sparsity": a.sparsity, "sp_sparsity": b.sparsity,
+                             "l2_gap_pct": 100 * (b.l2_all / a.l2_all - 1),
+                             **{f"{k}_{m}": r[k] for k in ("l2_all", "es", "model_utility", "delta_es", "FRAG_x100")
+                                for m, r in (("frp", a), ("sp", b))}, "runs": f"{a.run} | {b.run}"})
+                self.sources.setdefault("matched_controls", []).extend(
+                    [a.run, b.run, *[r for r in (a.attack_run, b.attack_run) if r]])
+            out["matched_controls"] = pd.DataFrame(rows).sort_values(["matched", "frp_sparsity"]).reset_index(drop=True)
+        return out
 
     # -- runs outside the grid, and the figures' data --------------------------------------------
     def other_runs(self) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -120,7 +120,7 @@ def per_layer_frag(per_layer: pd.DataFrame) -> Any:
 
 NOISE_PANELS = {"l2_all": "global L2", "A_f_x100": "cos(F, ΔW²) x100", "A_r_x100": "cos(R, ΔW²) x100",
                 "FRAG_x100": "FRAG gap (Eq. 5) x100", "es": "forget ES before the attack",
-                "delta_es": "ΔES (forget+retain attack)"}
+                "retain_delta_es": "ΔES (retain attack)", "forget_retain_delta_es": "ΔES (forget+retain attack)"}
 
 
 def noise_controls(table: pd.DataFrame) -> Any:

@@ -180,12 +180,20 @@ def _fake_record(root, notebook, spec, source_folder, row=None, made=None):
 FRP = "smol.table1__forget_split=forget10__frp_veto=0__method=frp__prune_precision=fp32__weights=bf16"
 
 
-def test_ablations_and_noise_controls_set_each_model_beside_the_grids_frp(copied_runs):
+def test_ablations_and_controls_set_each_model_beside_the_grids_frp(copied_runs):
     from frag_utils import runs
 
     assert all(not len(t) for t in collect.Collection("smol").ablations().values())  # nothing of their own yet
-    sparse = next(s for s in runs.plan_run("05_unlearn", PARAMS / collect.ABLATIONS_05) if s.params["sparsity"] == 0.01)
+    planned = runs.plan_run("05_unlearn", PARAMS / collect.ABLATIONS_05)
+
+    def ablation(**params):
+        return next(s for s in planned if all(s.params[k] == v for k, v in params.items()))
+
+    sparse, lam, magnitude = (ablation(sparsity=0.01), ablation(frp_lam=0.1, sparsity=0.0),
+                              ablation(frp_variant="magnitude"))
     _fake_record(copied_runs, "05_unlearn", sparse, FRP, row={"es": 0.5, "l2_all": 100.0}, made={"sparsity": 0.01})
+    _fake_record(copied_runs, "05_unlearn", lam, FRP, made={"lam": 0.1})
+    _fake_record(copied_runs, "05_unlearn", magnitude, FRP, made={"lam": None, "variant": "magnitude"})
     attack = next(s for s in runs.plan_run("06_attacks", PARAMS / collect.ABLATIONS_06)
                   if s.params["unlearned_run"] == sparse.name)
     frp_attack = next(r["folder"] for r in _attack_records(copied_runs, "forget_retain")
@@ -193,39 +201,28 @@ def test_ablations_and_noise_controls_set_each_model_beside_the_grids_frp(copied
     _fake_record(copied_runs, "06_attacks", attack, frp_attack,
                  row={"unlearned_run": sparse.name, "attack_data": "retain", "delta_es": 0.123, "l2_all": 100.0})
     tables = collect.Collection("smol").ablations()
-    assert not len(tables["ablation_lambda"]) and not len(tables["ablation_scoring"])
     t = tables["ablation_sparsity"]
     assert list(t.sparsity) == [0.01, 0.03] and list(t.es) == [0.5, _record("05_unlearn", FRP)["results"]["row"]["es"]]
     assert t.delta_es.iloc[0] == 0.123 and t.attack_run.iloc[0] == f"06_attacks/{attack.name}"
+    assert list(tables["ablation_lambda"]["lambda"]) == [0.05, 0.1]  # the centre, then the sweep's run
+    assert list(tables["ablation_scoring"].variant) == ["magnitude", "released"]  # the paper's order
 
     controls = runs.plan_run("05_unlearn", PARAMS / collect.CONTROLS_05)
-    noise, sp = controls[1], controls[2]
-    assert noise.params["noise_scale"] == 1.0 and noise.params["match_l2_run"] == FRP == sp.params["match_l2_run"]
+    noise = next(s for s in controls if s.params["method"] == "noise" and s.params["noise_scale"] == 1.0)
+    at_budget = next(s for s in controls if s.params["method"] == "sp" and not s.params["match_l2_run"])
+    assert noise.params["match_l2_run"] == FRP and at_budget.params["sparsity"] == 0.025
     _fake_record(copied_runs, "05_unlearn", noise, FRP, row={"method": "noise", "FRAG_x100": 0.01})
-    _fake_record(copied_runs, "05_unlearn", sp, FRP, row={"method": "sp"})
-    table = collect.Collection("smol").noise_controls()
-    assert list(table.model) == ["FRP (P 0)", "noise (1x FRP's L2)", "SP (at FRP's L2)"]
+    tables = collect.Collection("smol").controls()
+    table = tables["noise_controls"]
+    assert list(table.model) == ["FRP (P 0)", "noise (1x FRP's L2)"]
     grid_attack = _record("06_attacks", frp_attack, copied_runs)["results"]["row"]
-    assert table.delta_es.iloc[0] == grid_attack["delta_es"] and table.delta_es.iloc[1:].isna().all()
-
-
-def test_a_seed_repeat_enters_table3_as_a_list_of_delta_es(copied_runs):
-    from frag_utils import runs
-
-    grid = collect.Collection("smol")
-    chosen = grid.table1(n_boot=20)["table3_checkpoints"]
-    first = chosen[chosen.weights.eq("bf16")].iloc[0]
-    repeat = next(s for s in runs.plan_run("06_attacks", PARAMS / collect.SEEDS_06)
-                  if s.params["unlearned_run"] == first.unlearned_run and s.params["seed"] == 1)
-    _fake_record(copied_runs, "06_attacks", repeat, first.run.split("/")[1], row={"delta_es": 0.777})
-    collection = collect.Collection("smol")
-    again = collection.table1(n_boot=20)
-    row = again["table3_checkpoints"].set_index("run").loc[first.run]
-    assert row.attack_seeds == 2 and list(row.delta_es) == [first.delta_es[0], 0.777]
-    table = again["table3_by_precision"]
-    assert int(table[table.weights.eq("bf16")].attacks.iloc[0]) == int(table[table.weights.eq("bf16")].n.iloc[0]) + 1
-    listing = again["table3_extended_checkpoints"].set_index("run")
-    assert listing.loc[first.run, "attack_seeds"] == 2
-    sources = collection.sources["table3_by_precision"]
-    assert f"06_attacks/{repeat.name}" in sources and first.run in sources
-    assert all(_record(*r.split("/"), copied_runs)["results"]["row"]["method"] != "gold" for r in sources)
+    assert table.forget_retain_delta_es.iloc[0] == grid_attack["delta_es"]
+    assert table.forget_retain_delta_es.isna().iloc[1]
+    assert not len(tables["matched_controls"])  # no FRP of the sweep at the grid SP's 5 % yet
+    budget = ablation(frp_lam=0.05, sparsity=0.05)
+    _fake_record(copied_runs, "05_unlearn", budget, FRP, row={"l2_all": 300.0}, made={"sparsity": 0.05})
+    matched = collect.Collection("smol").controls()["matched_controls"]
+    sp = _record("05_unlearn", "smol.table1__forget_split=forget10__method=sp__prune_precision=bf16__weights=bf16",
+                 copied_runs)["results"]["row"]
+    assert list(matched.matched) == ["sparsity"] and matched.frp_sparsity.iloc[0] == matched.sp_sparsity.iloc[0] == 0.05
+    assert matched.l2_gap_pct.iloc[0] == pytest.approx(100 * (sp["l2_all"] / 300.0 - 1))
