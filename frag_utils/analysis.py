@@ -265,7 +265,9 @@ def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16
     The FRAG rows are the Eq. 5 gap (the paper's printed FRAG column is cos(F, ΔW²) alone, its own
     row here, beside the printed value). The L2 rows ask whether L2 ranks robustness worse than
     FRAG: their interval is of ρ(L2) − ρ(FRAG) over paired resamples
-    (:func:`bootstrap_spearman_gap`). No verdict is given before every checkpoint the paper's
+    (:func:`bootstrap_spearman_gap`), and the claim is supported only where FRAG's own ρ is negative
+    too (L2 above a FRAG that does not predict robustness is not FRAG predicting it better); an L2
+    whose own ρ is positive is said to rank in reverse. No verdict is given before every checkpoint the paper's
     protocol plans (``planned``, default :data:`PLANNED_CHECKPOINTS`) is recorded.
     """
     planned = planned or PLANNED_CHECKPOINTS
@@ -294,12 +296,38 @@ def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16
             gap = (bootstrap_spearman_gap(part.FRAG_x100, part.l2_all, list(part.delta_es), n_boot=n_boot)
                    if len(part) else {"gap": np.nan, "low": np.nan, "high": np.nan})
             verdict = _verdict(gap["low"], gap["high"], "supported: ρ(L2) > ρ(FRAG)", "reversed: ρ(L2) < ρ(FRAG)")
+            frag = ours.loc[(subset, "FRAG_x100")] if ours is not None and (subset, "FRAG_x100") in ours.index else None
+            if verdict.startswith("supported") and frag is not None and not frag.high < 0:
+                # FRAG beating L2 means a negative FRAG ρ with L2's above it, not only L2's above FRAG's
+                verdict = ("not supported as the paper means it: ρ(L2) > ρ(FRAG) with 95 % confidence, but FRAG's "
+                           f"own ρ is not negative ({frag.rho:+.2f} [{frag.low:+.2f}, {frag.high:+.2f}])")
             if np.isfinite(gap["gap"]):
                 verdict += f" (ρ(L2) − ρ(FRAG) {gap['gap']:+.2f} [{gap['low']:+.2f}, {gap['high']:+.2f}])"
+            if low > 0:
+                verdict += "; L2 ranks in reverse with 95 % confidence: the larger updates recovered more"
         if n < planned.get(subset, 0) and verdict != "not measured yet":
             verdict = f"no verdict yet: {n} of {planned[subset]} checkpoints recorded"
         rows.append({"claim": claim, "subset": subset, "predictor": predictor,
                      "paper_1B": printed.get((subset, paper_name), np.nan),
                      "authors_recomputed_1B": recomputed.get((subset, AUTHORS_PREDICTOR[predictor]), np.nan),
-                     f"ours_{weights}": rho, "low": low, "high": high, "n": n, "attacks": attacks, "verdict": verdict})
+                     f"ours_{weights}": rho, "low": low, "high": high, "n": n, "attacks": attacks, "verdict": verdict,
+                     "what_follows": _what_follows(predictor, verdict)})
     return pd.DataFrame(rows)
+
+
+# what each kind of verdict means for the claim, read off the verdict's first words (in order)
+_FOLLOWS = {"FRAG_x100": (("supported", "at 135M too, the larger the FRAG gap, the less an attack recovers"),
+                          ("reversed", "at 135M the FRAG gap ranks robustness in reverse"),
+                          ("not resolved", "these checkpoints cannot tell whether the FRAG gap ranks robustness")),
+            "A_f_x100": (("supported", "cos F alone ranks robustness at 135M too"),
+                         ("reversed", "cos F alone ranks robustness in reverse at 135M"),
+                         ("not resolved", "these checkpoints cannot tell whether cos F alone ranks robustness")),
+            "l2_all": (("supported", "global L2 ranks robustness worse than FRAG, as the paper says"),
+                       ("not supported", "L2 sits above FRAG, but FRAG's own ρ is not shown negative: this is not "
+                                         "FRAG predicting robustness better"),
+                       ("reversed", "global L2 ranks robustness better than FRAG at 135M"),
+                       ("not resolved", "these checkpoints cannot tell L2 and FRAG apart"))}
+
+
+def _what_follows(predictor: str, verdict: str) -> str:
+    return next((text for start, text in _FOLLOWS[predictor] if verdict.startswith(start)), "")

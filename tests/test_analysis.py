@@ -204,10 +204,18 @@ def test_claims_put_the_paper_the_authors_recomputation_and_ours_side_by_side_wi
     gap = A.bootstrap_spearman_gap(checkpoints.FRAG_x100, checkpoints.l2_all, list(checkpoints.delta_es), n_boot=200)
     assert gap["gap"] == pytest.approx(2.0) and gap["low"] > 0 and f"{gap['gap']:+.2f}" in l2.verdict
     # fewer checkpoints than the paper's protocol plans: the numbers, but no verdict
+    # L2 above a FRAG that does not itself correlate negatively: not the paper's claim
+    flat = table3.copy()
+    flat.loc[(flat.subset == "all") & (flat.predictor == "FRAG_x100"), ["rho", "low", "high"]] = [0.2, -0.3, 0.6]
+    l2 = A.claims(flat, checkpoints, n_boot=200).set_index(["subset", "predictor"]).loc[("all", "l2_all")]
+    assert l2.verdict.startswith("not supported as the paper means it") and "(+0.20 [-0.30, +0.60])" in l2.verdict
+    assert l2.verdict.endswith("the larger updates recovered more")  # its own interval (0.1, 0.8) is above 0
+    assert l2.what_follows.startswith("L2 sits above FRAG, but FRAG's own ρ is not shown negative")
+    assert c.loc[("all", "FRAG_x100")].what_follows.startswith("at 135M too")
     short = A.claims(table3.assign(n=4), checkpoints.iloc[:4], n_boot=50)
     assert short.verdict.str.startswith("no verdict yet: 4 of").all()
     empty = A.claims(table3.iloc[:0], pd.DataFrame())  # what notebook 09 passes before any checkpoint
-    assert (empty.verdict == "not measured yet").all() and (empty.n == 0).all()
+    assert (empty.verdict == "not measured yet").all() and (empty.n == 0).all() and (empty.what_follows == "").all()
 
 
 def test_the_gap_of_two_predictors_uses_the_resamples_of_each_one_alone():
