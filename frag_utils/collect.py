@@ -193,13 +193,11 @@ class Collection:
         its rows at the chosen rate) and ``protocol_pilot`` (the forget+retain attack at the
         reference recipe and at the profile's; the grid's own attack of GA on forget10 in bf16 is
         the latter's first row)."""
-        strength = self.methods_of_file(STRENGTH_PILOT) + [
-            r for r in self.methods_of_file(self.grid_05) if _row(r)["forget_split"] == "forget10"
-            and r["provenance"]["params"]["weights"] == "bf16" and _row(r)["method"] in DENSE]
+        strength = self.methods_of_file(STRENGTH_PILOT) + self._forget10_bf16(*DENSE)
+        ga = {_name(r) for r in self._forget10_bf16("ga")}
         protocol = self.attacks_of_file(PROTOCOL_PILOT) + [  # the grid's own attack is the scaled recipe on GA
-            r for r in self.attacks_of_file(self.grid_06) if _row(r)["attack_data"] == "forget_retain"
-            and _row(r)["forget_split"] == "forget10" and _row(r)["method"] == "ga"
-            and self.method_by_run[_row(r)["unlearned_run"]]["provenance"]["params"].get("weights") == "bf16"]
+            r for r in self.attacks_of_file(self.grid_06)
+            if _row(r)["attack_data"] == "forget_retain" and _row(r)["unlearned_run"] in ga]
         settings = PILOT_SETTINGS[PROTOCOL_PILOT]
         attack_rows = pd.DataFrame([
             {"model": short_label(self.method_by_run[_row(r)["unlearned_run"]]),
@@ -279,12 +277,15 @@ class Collection:
                 "table3_extended_checkpoints": pd.concat(listing, ignore_index=True) if listing else pd.DataFrame()}
 
     # -- step 5: the FRP ablations and the noise controls ----------------------------------------
+    def _forget10_bf16(self, *methods: str) -> list[dict]:
+        """The grid's models of ``methods`` on forget10 with the weights in bf16, in file order."""
+        return [r for r in self.methods_of_file(self.grid_05) if _row(r)["method"] in methods
+                and _row(r)["forget_split"] == "forget10" and r["provenance"]["params"].get("weights") == "bf16"]
+
     def _centre(self) -> dict | None:
         """The grid's FRP (P 0) on forget10 in bf16: the centre of the ablations, the run the noise
         controls are scaled to."""
-        return next((r for r in self.methods_of_file(self.grid_05) if _row(r)["method"] == "frp"
-                     and _row(r)["forget_split"] == "forget10" and r["provenance"]["params"]["weights"] == "bf16"
-                     and not r["results"].get("made", {}).get("veto")), None)
+        return next((r for r in self._forget10_bf16("frp") if not r["results"].get("made", {}).get("veto")), None)
 
     def _attacked(self, models: list[dict], attack_data: str, files: tuple[str, ...]) -> pd.DataFrame:
         """One row per model: its state before and after its ``attack_data`` attack (blank until
@@ -350,10 +351,8 @@ class Collection:
 
         frp = {_name(r): r for r in self.methods_of_file(ABLATIONS_05) if r["results"].get("made", {}).get(
             "variant") == "released" and r["provenance"]["params"]["frp_lam"] == 0.05}
-        grid_sp = [r for r in self.methods_of_file(self.grid_05) if _row(r)["method"] == "sp"
-                   and _row(r)["forget_split"] == "forget10" and r["provenance"]["params"]["weights"] == "bf16"]
         pairs = []
-        for sp in [r for r in found if _row(r)["method"] == "sp"] + grid_sp:
+        for sp in [r for r in found if _row(r)["method"] == "sp"] + self._forget10_bf16("sp"):
             matched = sp["provenance"]["params"]["match_l2_run"]
             budget = sp["results"].get("made", {}).get("sparsity")
             partner = frp.get(matched) if matched else next(
