@@ -231,11 +231,11 @@ class Collection:
         _same_attack_but_the_seed(repeat_records, found)
         repeats = tables.attack_rows(repeat_records, self.method_by_run, short_label)
         fr = rows[rows.attack_data.eq("forget_retain")]
-        fr = fr.assign(target_model_utility=[_row(self.method_by_run[u])["target_model_utility"]
-                                             for u in fr.unlearned_run])
+        fr = fr.assign(**{k: [_row(self.method_by_run[u])[k] for u in fr.unlearned_run]
+                          for k in ("target_es", "target_model_utility")})
         main = {u for u in fr.unlearned_run if not (_row(self.method_by_run[u])["method"] == "frp"
                                                     and self.method_by_run[u]["results"].get("made", {}).get("veto"))}
-        by_precision, checkpoints, extended, listing = [], [], [], []
+        by_precision, checkpoints, recovered, extended, listing = [], [], [], [], []
         table3_runs, extended_runs = [], []
         seeds = repeats[repeats.attack_data.eq("forget_retain")].groupby("unlearned_run").size()
 
@@ -243,7 +243,7 @@ class Collection:
             matched = repeats[repeats.unlearned_run.isin(chosen.unlearned_run)
                               & repeats.attack_data.eq("forget_retain")]
             runs_ += [*chosen.run, *matched.run]
-            return tables.with_seed_repeats(chosen, matched)
+            return tables.recovery(tables.with_seed_repeats(chosen, matched))
 
         for weights, g in fr.groupby("weights"):
             chosen = analysis.paper_table3_checkpoints(g, main)
@@ -252,6 +252,9 @@ class Collection:
                 table = analysis.table3_beside_authors(analysis.paper_table3(chosen, n_boot=n_boot))
                 by_precision.append(table.assign(weights=weights, checkpoints=len(chosen)))
                 checkpoints.append(chosen)
+                # the same analysis with the share of the forgotten ES recovered in place of ΔES (post hoc)
+                recovered.append(analysis.paper_table3(chosen.assign(delta_es=chosen.recovered_seeds),
+                                                       n_boot=n_boot).assign(weights=weights))
             ok, excluded = analysis.healthy(g[g.method.ne("gold")], min_utility_fraction)
             listed = pd.concat([ok.assign(reason="included"), excluded])
             listing.append(listed.assign(attack_seeds=1 + listed.unlearned_run.map(seeds).fillna(0).astype(int)))
@@ -260,7 +263,8 @@ class Collection:
                     weights=weights))
         self.sources["table1"] = self.sources["table1_per_split"] = list(rows.run)
         self.sources["frontier_table1"] = list(fr.run)
-        for name in ("table3_by_precision", "table3_by_precision_checkpoints", "claims", "table3_panels"):
+        for name in ("table3_by_precision", "table3_by_precision_checkpoints", "table3_recovered", "claims",
+                     "table3_panels"):
             self.sources[name] = table3_runs
         self.sources["table3_extended"] = extended_runs
         self.sources["table3_extended_checkpoints"] = list(fr[fr.method.ne("gold")].run)
@@ -273,6 +277,7 @@ class Collection:
                 "per_split": tables.table1_per_split(rows),
                 "table3_by_precision": pd.concat(by_precision, ignore_index=True) if by_precision else pd.DataFrame(),
                 "table3_checkpoints": pd.concat(checkpoints, ignore_index=True) if checkpoints else pd.DataFrame(),
+                "table3_recovered": pd.concat(recovered, ignore_index=True) if recovered else pd.DataFrame(),
                 "table3_extended": pd.concat(extended, ignore_index=True) if extended else pd.DataFrame(),
                 "table3_extended_checkpoints": pd.concat(listing, ignore_index=True) if listing else pd.DataFrame()}
 

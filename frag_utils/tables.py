@@ -117,3 +117,22 @@ def with_seed_repeats(chosen: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFra
     extra = repeats.groupby(key).delta_es.apply(list).to_dict()
     lists = [[d, *extra.get((u, a), [])] for d, u, a in zip(chosen.delta_es, chosen.unlearned_run, chosen.attack_data)]
     return chosen.assign(delta_es=lists, attack_seeds=[len(v) for v in lists])
+
+
+
+# below this much forgotten ES (target's − before), the share recovered is not defined: nothing to recover
+MIN_FORGOTTEN = 0.05
+
+
+def recovery(checkpoints: pd.DataFrame) -> pd.DataFrame:
+    """``checkpoints`` (``delta_es`` a list of seeds, :func:`with_seed_repeats`) with the forget ES
+    after the attack (``es_after``, the mean over seeds), ``recovered_seeds``, the share of what the
+    unlearning removed that each seed's attack brought back, ΔES / (``target_es`` − ``es_before``),
+    and ``recovered``, its mean (NaN where less than :data:`MIN_FORGOTTEN` was forgotten). ΔES
+    cannot exceed what was forgotten, so a method that forgot little scores a small ΔES even when
+    the attack restores all of it (``recovered`` 1 or more)."""
+    forgotten = checkpoints.target_es - checkpoints.es_before
+    shares = [[d / f for d in ds] if f >= MIN_FORGOTTEN else [float("nan")] * len(ds)
+              for ds, f in zip(checkpoints.delta_es, forgotten)]
+    return checkpoints.assign(es_after=checkpoints.es_before + checkpoints.delta_es.map(lambda d: sum(d) / len(d)),
+                              recovered_seeds=shares, recovered=[sum(v) / len(v) for v in shares])

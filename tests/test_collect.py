@@ -99,6 +99,32 @@ def test_table3_takes_the_papers_five_methods_and_the_extended_set_leaves_out_go
         assert list(rows.n.unique()) == ([included] if included >= 4 else [])
 
 
+def test_the_share_recovered_is_each_seeds_delta_over_what_was_forgotten_read_from_the_records(smol):
+    from frag_utils import analysis
+
+    t1 = smol.table1(n_boot=20)
+    chosen = t1["table3_checkpoints"]
+    chosen = chosen[chosen.weights.eq("bf16")]
+    # every forget+retain attack of a checkpoint, at any seed, straight from the 06 records
+    shares = {}
+    for folder in sorted((paths.RUNS_DIR / "06_attacks").glob("smol.table1*")):
+        if not _complete(folder, "06_attacks"):
+            continue
+        rec = json.loads((folder / "results.json").read_text())
+        row = rec["results"]["row"]
+        if row["attack_data"] != "forget_retain":
+            continue
+        target_es = _record("05_unlearn", row["unlearned_run"])["results"]["row"]["target_es"]
+        shares.setdefault(row["unlearned_run"], []).append(
+            (row["es_after"] - row["es_before"]) / (target_es - row["es_before"]))
+    assert len(chosen) >= 4
+    for r in chosen.itertuples():
+        assert sorted(r.recovered_seeds) == pytest.approx(sorted(shares[r.unlearned_run]), abs=1e-12)
+    means = [sum(shares[u]) / len(shares[u]) for u in chosen.unlearned_run]
+    got = t1["table3_recovered"].set_index(["weights", "subset", "predictor"]).loc[("bf16", "all", "FRAG_x100")]
+    assert got.rho == pytest.approx(analysis.spearman(list(chosen.FRAG_x100), means))
+
+
 @pytest.fixture
 def copied_runs(tmp_path, monkeypatch):
     """A copy of the committed 05 and 06 records the tests may change (the repository's stay as they are)."""

@@ -1,5 +1,6 @@
 import math
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -105,3 +106,17 @@ def test_seed_repeats_turn_each_checkpoint_delta_into_its_list_of_seeds_and_wide
         tables.with_seed_repeats(chosen, pd.concat([repeats, repeats.assign(unlearned_run="z", run="z1")]))
     with pytest.raises(ValueError, match="both a chosen checkpoint and a repeat"):
         tables.with_seed_repeats(chosen, repeats.assign(run=["a42", "a2", "c1"]))
+
+
+def test_recovery_is_the_share_of_the_forgotten_es_the_attack_brings_back():
+    # target ES 0.9; a forgot 0.2 and got it all back (and 0.02 more) on average over three seeds,
+    # b forgot 0.8 and got a quarter back: b's ΔES is the larger, a's recovery the larger
+    checkpoints = pd.DataFrame({"es_before": [0.7, 0.1], "target_es": [0.9, 0.9],
+                                "delta_es": [[0.2, 0.24, 0.22], [0.2]]})
+    out = tables.recovery(checkpoints)
+    assert out.es_after.tolist() == pytest.approx([0.92, 0.3])
+    assert out.recovered.tolist() == pytest.approx([0.22 / 0.2, 0.25])
+    assert out.recovered_seeds[0] == pytest.approx([1.0, 1.2, 1.1])
+    # a checkpoint that forgot (almost) nothing has no share to recover
+    nothing = tables.recovery(checkpoints.assign(es_before=[0.88, 0.1]))
+    assert np.isnan(nothing.recovered[0]) and np.isnan(nothing.recovered_seeds[0]).all()
