@@ -261,7 +261,7 @@ class Collection:
             if len(ok) >= 4:
                 extended.append(analysis.paper_table3(with_repeats(ok, extended_runs), n_boot=n_boot).assign(
                     weights=weights))
-        self.sources["table1"] = self.sources["table1_per_split"] = list(rows.run)
+        self.sources["table1"] = self.sources["table1_per_split"] = self.sources["table1_claims"] = list(rows.run)
         self.sources["frontier_table1"] = list(fr.run)
         for name in ("table3_by_precision", "table3_by_precision_checkpoints", "table3_recovered", "claims",
                      "table3_panels"):
@@ -273,7 +273,12 @@ class Collection:
                               f"{min_utility_fraction:g} x the target's"}
         print(f"{len(found)} of {len(specs)} runs of {self.grid_06} recorded, "
               f"{len(repeats)} of {len(self.planned('06_attacks', self.seeds_06))} seed repeats of {self.seeds_06}")
-        return {"rows": rows, "table1": tables.table1(rows) if len(rows) else pd.DataFrame(),
+        table1 = tables.table1(rows) if len(rows) else pd.DataFrame()
+        target_mu = {_row(self.method_by_run[u])["target_model_utility"] for u in rows.unlearned_run}
+        if len(target_mu) > 1:
+            raise ValueError(f"the grid's models were made from targets of different Model Utility {sorted(target_mu)}")
+        return {"rows": rows, "table1": table1,
+                "table1_claims": analysis.table1_claims(table1, target_mu.pop() if target_mu else float("nan")),
                 "per_split": tables.table1_per_split(rows),
                 "table3_by_precision": pd.concat(by_precision, ignore_index=True) if by_precision else pd.DataFrame(),
                 "table3_checkpoints": pd.concat(checkpoints, ignore_index=True) if checkpoints else pd.DataFrame(),

@@ -228,3 +228,29 @@ def test_the_gap_of_two_predictors_uses_the_resamples_of_each_one_alone():
     # the same draws: a predictor against itself has a gap of exactly 0 in every resample
     same = A.bootstrap_spearman_gap(a, a, y, n_boot=300)
     assert same["gap"] == 0 and same["low"] == 0 and same["high"] == 0
+
+
+def test_table1_claims_compare_frp_with_the_lowest_baseline_and_flag_a_collapsed_frp():
+    def model(label, es, delta, mu, weights="bf16"):
+        return {"weights": weights, "model": label, **{f"{a}_{k}": v for a in ("retain", "forget", "forget_retain")
+                                                        for k, v in (("es", es), ("delta_es", delta), ("mu", mu))}}
+    table1 = pd.DataFrame([model("gold", 0.1, 0.0, 0.3), model("GA", 0.5, 0.3, 0.3), model("GradDiff", 0.6, 0.1, 0.3),
+                           model("NPO", 0.55, 0.2, 0.3), model("RMU", 0.7, 0.4, 0.2), model("SP", 0.4, 0.25, 0.3),
+                           model("FRP (P 0)", 0.3, 0.15, 0.1), model("FRP (P 0.15)", 0.2, 0.05, 0.3),
+                           model("FRP (P 0)", 0.9, 0.9, 0.3, weights="fp32")])
+    c = A.table1_claims(table1, target_model_utility=0.3).set_index("claim")
+    assert len(c) == 3
+    row = c.loc["FRP (P 0) keeps the lowest forget ES and ΔES after the forget+retain attack"]
+    # the paper's 1B block: FRP (β 0) 0.104 after forget+retain, SP 0.237 the lowest baseline
+    assert (row.paper_1B_es, row.paper_1B_delta_es) == ("0.104 vs 0.237 (SP)", "0.049 vs 0.113 (SP)")
+    # ours: FRP 0.3 below SP's 0.4 (ES) but above GradDiff's 0.1 (ΔES); gold and FRP (P 0.15) are not baselines
+    assert (row.ours_bf16_es, row.ours_bf16_delta_es) == ("0.300 vs 0.400 (SP)", "0.150 vs 0.100 (GradDiff)")
+    assert row.verdict.startswith("holds for ES, not for ΔES; FRP's Model Utility after the attack, 0.100, is below")
+    assert row.what_follows.startswith("FRP's low forget ES comes with a collapsed model")
+    healthy = A.table1_claims(table1.assign(forget_retain_mu=0.3), target_model_utility=0.3).iloc[2]
+    assert healthy.verdict == "holds for ES, not for ΔES" and healthy.frp_model_utility_after == 0.3
+    # a baseline's average missing (a split not recorded): no verdict
+    missing = table1.copy()
+    missing.loc[missing.model.eq("RMU"), "retain_es"] = np.nan
+    assert A.table1_claims(missing, 0.3).iloc[0].verdict == "not measured yet"
+    assert (A.table1_claims(pd.DataFrame(), 0.3).verdict == "not measured yet").all()
