@@ -364,40 +364,46 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
     """The paper's Table 1 claim, "FRP achieves the lowest post-attack ES/ΔES", one row per attack:
     FRP (P 0) against the lowest of the baselines (GA, GradDiff, NPO, RMU, SP), forget ES after the
     attack and ΔES, in the paper at 1B and here (``table1``: :func:`frag_utils.tables.table1`,
-    averaged over the three splits, one attack seed, so no interval), and FRP's Model Utility after
-    the attack against ``min_utility_fraction`` of the target's: the paper's own premise is that "a
-    utility-collapsed model is not meaningfully robust". The verdict is read off the numbers."""
+    averaged over the three splits, one attack seed, so no interval). The paper's premise is that "a
+    utility-collapsed model is not meaningfully robust": the verdict names FRP and the baselines it
+    is compared with whose unlearned model, before any attack, has Model Utility (averaged over the
+    splits) below ``min_utility_fraction`` of the target's, and FRP's low ES is not called robust
+    when FRP is one of them. The verdict is read off the numbers."""
     paper = paper_table1()
-    ours = table1[table1.weights.eq(weights)] if len(table1) else table1
-    ours = ours[ours.model.isin(list(TABLE1_KEYS))].set_index(ours.model.map(TABLE1_KEYS)) if len(ours) else ours
+    ours = table1[table1.weights.eq(weights) & table1.model.isin(list(TABLE1_KEYS))] if len(table1) else table1
+    ours = ours.set_index(ours.model.map(TABLE1_KEYS)) if len(ours) else ours
     floor = min_utility_fraction * target_model_utility
     rows = []
     for attack, name in _ATTACK_NAMES.items():
         p = paper[paper.attack.eq(attack)].set_index("method")
         p_es, _ = _lowest(p.es.loc[list(TABLE1_BASELINES)], p.es["frp_p0"])
         p_delta, _ = _lowest(p.delta_es.loc[list(TABLE1_BASELINES)], p.delta_es["frp_p0"])
-        cols = [f"{attack}_es", f"{attack}_delta_es", f"{attack}_mu"]
-        known = len(ours) and {"frp_p0", *TABLE1_BASELINES} <= set(ours.index) and \
-            ours.loc[["frp_p0", *TABLE1_BASELINES], cols].notna().all().all()
+        cols = [f"{attack}_es", f"{attack}_delta_es", "mu_before"]
+        compared = ["frp_p0", *TABLE1_BASELINES]
+        known = bool(len(ours)) and set(compared) <= set(ours.index)
+        known = known and bool(ours.loc[compared, cols].notna().all().all())
         row = {"claim": f"FRP (P 0) keeps the lowest forget ES and ΔES after the {name} attack",
                "paper_1B_es": p_es, "paper_1B_delta_es": p_delta}
         if known:
-            es, es_low = _lowest(ours.loc[list(TABLE1_BASELINES), cols[0]], ours.loc["frp_p0", cols[0]])
-            delta, delta_low = _lowest(ours.loc[list(TABLE1_BASELINES), cols[1]], ours.loc["frp_p0", cols[1]])
-            mu = float(ours.loc["frp_p0", cols[2]])
+            base = ours.loc[list(TABLE1_BASELINES)]
+            es, es_low = _lowest(base[cols[0]], ours.loc["frp_p0", cols[0]])
+            delta, delta_low = _lowest(base[cols[1]], ours.loc["frp_p0", cols[1]])
             verdict = {(True, True): "holds", (True, False): "holds for ES, not for ΔES",
                        (False, True): "holds for ΔES, not for ES", (False, False): "does not hold"}[(es_low, delta_low)]
-            collapsed = mu < floor
+            named = dict.fromkeys(["frp_p0", base[cols[0]].idxmin(), base[cols[1]].idxmin()])
+            collapsed = [m for m in named if ours.loc[m, "mu_before"] < floor]
             if collapsed:
-                verdict += (f"; FRP's Model Utility after the attack, {mu:.3f}, is below {min_utility_fraction:g} x "
-                            f"the target's ({floor:.3f}): a collapsed model by the paper's own premise")
+                verdict += (f"; Model Utility before the attack below {min_utility_fraction:g} x the target's "
+                            f"({floor:.3f}): " + ", ".join(f"{_LABELS[m]} {ours.loc[m, 'mu_before']:.3f}"
+                                                          for m in collapsed))
             follows = ("FRP's low forget ES comes with a collapsed model: by the paper's premise, not robustness"
-                       if collapsed and es_low else
+                       if "frp_p0" in collapsed and (es_low or delta_low) else
                        "at 135M FRP resists this attack best, with its utility kept" if es_low and delta_low else
                        "at 135M a baseline keeps less of the forgotten knowledge by at least one of the two measures")
+            mu = float(ours.loc["frp_p0", "mu_before"])
         else:
             es = delta = verdict = "not measured yet"
             mu, follows = float("nan"), ""
         rows.append({**row, f"ours_{weights}_es": es, f"ours_{weights}_delta_es": delta,
-                     "frp_model_utility_after": mu, "verdict": verdict, "what_follows": follows})
+                     "frp_model_utility": mu, "verdict": verdict, "what_follows": follows})
     return pd.DataFrame(rows)

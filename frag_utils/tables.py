@@ -43,8 +43,9 @@ def _mean_if_complete(values: pd.Series, n: int) -> float:
 
 
 def table1(rows: pd.DataFrame, splits: Sequence[str] = SPLITS, attacks: Sequence[str] = ATTACKS) -> pd.DataFrame:
-    """The paper's Table 1: per precision and model, the forget ES before any attack and after each
-    attack, each averaged over ``splits``, and ΔES averaged over the attacks.
+    """The paper's Table 1: per precision and model, the forget ES and Model Utility before any
+    attack, the forget ES, ΔES and Model Utility after each attack, each averaged over ``splits``,
+    and ΔES averaged over the attacks.
 
     An average is NaN unless every split (and, for the last column, every attack) is recorded: an
     average over fewer is not the table's average. ``splits_recorded`` says how many there are.
@@ -54,8 +55,9 @@ def table1(rows: pd.DataFrame, splits: Sequence[str] = SPLITS, attacks: Sequence
     for (weights, model), g in rows.groupby(["weights", "model"], sort=False):
         row: dict[str, Any] = {"weights": weights, "model": model, "method": g.method.iloc[0],
                                "splits_recorded": int(g.forget_split.nunique())}
-        before = g.drop_duplicates("forget_split").set_index("forget_split").es_before.reindex(list(splits))
-        row["es_before"] = _mean_if_complete(before, len(splits))
+        unlearned = g.drop_duplicates("forget_split").set_index("forget_split").reindex(list(splits))
+        row["es_before"] = _mean_if_complete(unlearned.es_before, len(splits))
+        row["mu_before"] = _mean_if_complete(unlearned.model_utility_before, len(splits))
         deltas = []
         for attack in attacks:
             hit = g[g.attack_data == attack].set_index("forget_split")
@@ -128,9 +130,10 @@ def recovery(checkpoints: pd.DataFrame) -> pd.DataFrame:
     """``checkpoints`` (``delta_es`` a list of seeds, :func:`with_seed_repeats`) with the forget ES
     after the attack (``es_after``, the mean over seeds), ``recovered_seeds``, the share of what the
     unlearning removed that each seed's attack brought back, ΔES / (``target_es`` − ``es_before``),
-    and ``recovered``, its mean (NaN where less than :data:`MIN_FORGOTTEN` was forgotten). ΔES
-    cannot exceed what was forgotten, so a method that forgot little scores a small ΔES even when
-    the attack restores all of it (``recovered`` 1 or more)."""
+    and ``recovered``, its mean (NaN where less than :data:`MIN_FORGOTTEN` was forgotten). An attack
+    that restores the target's ES adds only what the unlearning removed, so a method that forgot
+    little scores a small ΔES even when the attack restores all of it (``recovered`` 1 or more: at
+    the target's ES or above)."""
     forgotten = checkpoints.target_es - checkpoints.es_before
     shares = [[d / f for d in ds] if f >= MIN_FORGOTTEN else [float("nan")] * len(ds)
               for ds, f in zip(checkpoints.delta_es, forgotten)]

@@ -230,27 +230,50 @@ def test_the_gap_of_two_predictors_uses_the_resamples_of_each_one_alone():
     assert same["gap"] == 0 and same["low"] == 0 and same["high"] == 0
 
 
-def test_table1_claims_compare_frp_with_the_lowest_baseline_and_flag_a_collapsed_frp():
-    def model(label, es, delta, mu, weights="bf16"):
-        return {"weights": weights, "model": label, **{f"{a}_{k}": v for a in ("retain", "forget", "forget_retain")
-                                                        for k, v in (("es", es), ("delta_es", delta), ("mu", mu))}}
-    table1 = pd.DataFrame([model("gold", 0.1, 0.0, 0.3), model("GA", 0.5, 0.3, 0.3), model("GradDiff", 0.6, 0.1, 0.3),
-                           model("NPO", 0.55, 0.2, 0.3), model("RMU", 0.7, 0.4, 0.2), model("SP", 0.4, 0.25, 0.3),
-                           model("FRP (P 0)", 0.3, 0.15, 0.1), model("FRP (P 0.15)", 0.2, 0.05, 0.3),
-                           model("FRP (P 0)", 0.9, 0.9, 0.3, weights="fp32")])
+def test_table1_claims_compare_frp_with_the_lowest_baseline_and_flag_collapsed_models():
+    attacks = ("retain", "forget", "forget_retain")
+
+    def model(label, es, delta, mu_before=0.3, weights="bf16"):
+        """es, delta: one value per attack (retain, forget, forget+retain)."""
+        return {"weights": weights, "model": label, "mu_before": mu_before,
+                **{f"{a}_es": e for a, e in zip(attacks, es)}, **{f"{a}_delta_es": d for a, d in zip(attacks, delta)},
+                **{f"{a}_mu": 0.3 for a in attacks}}
+    table1 = pd.DataFrame([
+        model("gold", (0.0, 0.0, 0.0), (0.0, 0.0, 0.0)),  # not a baseline, lower than everything
+        model("GA", (0.5, 0.5, 0.5), (0.3, 0.3, 0.3)), model("GradDiff", (0.6, 0.6, 0.6), (0.1, 0.1, 0.1)),
+        model("NPO", (0.55, 0.55, 0.55), (0.2, 0.2, 0.2)), model("RMU", (0.7, 0.2, 0.7), (0.4, 0.4, 0.4)),
+        model("SP", (0.4, 0.4, 0.4), (0.25, 0.25, 0.25), mu_before=0.05),
+        # FRP: lowest in both under retain, in ES only under forget+retain, in neither under forget
+        model("FRP (P 0)", (0.3, 0.3, 0.3), (0.05, 0.45, 0.15)),
+        model("FRP (P 0.15)", (0.1, 0.1, 0.1), (0.0, 0.0, 0.0)),  # not the compared FRP
+        model("SP (at an FRP run's L2)", (0.0, 0.0, 0.0), (0.0, 0.0, 0.0)),  # a control: left out
+        model("FRP (P 0)", (0.9, 0.9, 0.9), (0.9, 0.9, 0.9), weights="fp32")])
     c = A.table1_claims(table1, target_model_utility=0.3).set_index("claim")
     assert len(c) == 3
-    row = c.loc["FRP (P 0) keeps the lowest forget ES and ΔES after the forget+retain attack"]
+    retain, forget, fr = (c.loc[f"FRP (P 0) keeps the lowest forget ES and ΔES after the {n} attack"]
+                          for n in ("retain", "forget", "forget+retain"))
     # the paper's 1B block: FRP (β 0) 0.104 after forget+retain, SP 0.237 the lowest baseline
-    assert (row.paper_1B_es, row.paper_1B_delta_es) == ("0.104 vs 0.237 (SP)", "0.049 vs 0.113 (SP)")
-    # ours: FRP 0.3 below SP's 0.4 (ES) but above GradDiff's 0.1 (ΔES); gold and FRP (P 0.15) are not baselines
-    assert (row.ours_bf16_es, row.ours_bf16_delta_es) == ("0.300 vs 0.400 (SP)", "0.150 vs 0.100 (GradDiff)")
-    assert row.verdict.startswith("holds for ES, not for ΔES; FRP's Model Utility after the attack, 0.100, is below")
-    assert row.what_follows.startswith("FRP's low forget ES comes with a collapsed model")
-    healthy = A.table1_claims(table1.assign(forget_retain_mu=0.3), target_model_utility=0.3).iloc[2]
-    assert healthy.verdict == "holds for ES, not for ΔES" and healthy.frp_model_utility_after == 0.3
-    # a baseline's average missing (a split not recorded): no verdict
+    assert (fr.paper_1B_es, fr.paper_1B_delta_es) == ("0.104 vs 0.237 (SP)", "0.049 vs 0.113 (SP)")
+    assert (retain.ours_bf16_es, retain.ours_bf16_delta_es) == ("0.300 vs 0.400 (SP)", "0.050 vs 0.100 (GradDiff)")
+    assert (forget.ours_bf16_es, forget.ours_bf16_delta_es) == ("0.300 vs 0.200 (RMU)", "0.450 vs 0.100 (GradDiff)")
+    assert (fr.ours_bf16_es, fr.ours_bf16_delta_es) == ("0.300 vs 0.400 (SP)", "0.150 vs 0.100 (GradDiff)")
+    # SP, the lowest baseline in ES, is collapsed before the attack (0.05 < 0.15): named, FRP is not
+    assert retain.verdict == "holds; Model Utility before the attack below 0.5 x the target's (0.150): SP 0.050"
+    assert retain.what_follows.startswith("at 135M FRP resists this attack best")
+    assert forget.verdict == "does not hold" and forget.what_follows.startswith("at 135M a baseline keeps less")
+    assert fr.verdict.startswith("holds for ES, not for ΔES; ")
+    # FRP collapsed before the attack: its lower ES is not called robustness, whatever the utility after it
+    frp_collapsed = table1.assign(mu_before=np.where(table1.model.eq("FRP (P 0)"), 0.0, 0.3))
+    c = A.table1_claims(frp_collapsed, target_model_utility=0.3)
+    assert c.iloc[0].verdict == ("holds; Model Utility before the attack below 0.5 x the target's (0.150): "
+                                 "FRP (P 0) 0.000")
+    assert c.iloc[0].what_follows.startswith("FRP's low forget ES comes with a collapsed model")
+    assert c.iloc[0].frp_model_utility == 0.0
+    only_delta = table1.assign(forget_es=np.where(table1.model.eq("FRP (P 0)"), 0.9, table1.forget_es),
+                               forget_delta_es=np.where(table1.model.eq("FRP (P 0)"), 0.01, table1.forget_delta_es))
+    assert A.table1_claims(only_delta, 0.3).iloc[1].verdict == "holds for ΔES, not for ES"
+    # a baseline's average missing (a split not recorded): no verdict for that attack only
     missing = table1.copy()
     missing.loc[missing.model.eq("RMU"), "retain_es"] = np.nan
-    assert A.table1_claims(missing, 0.3).iloc[0].verdict == "not measured yet"
+    assert list(A.table1_claims(missing, 0.3).verdict.str[:6]) == ["not me", "does n", "holds "]
     assert (A.table1_claims(pd.DataFrame(), 0.3).verdict == "not measured yet").all()

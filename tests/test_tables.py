@@ -20,7 +20,7 @@ def _rows(skip=()):
                     delta = 0.05 * (a_i + 1) + 0.01 * s_i
                     rows.append({"model": model, "method": model.split()[0], "weights": weights, "forget_split": split,
                                  "attack_data": attack, "es_before": before, "es_after": before + delta,
-                                 "delta_es": delta, "model_utility_before": 0.3,
+                                 "delta_es": delta, "model_utility_before": 0.3 + 0.01 * s_i,
                                  "model_utility_after": 0.3 - delta / 10,
                                  # the forget attack of forget01 (40 records) takes 2 optimizer steps
                                  "optimizer_steps": 2 if (split, attack) == ("forget01", "forget") else 20,
@@ -36,6 +36,7 @@ def test_table1_averages_each_attack_over_the_three_splits_per_precision_and_mod
     # slow: the mean over splits of the retain attack's ΔES = 0.05 + 0.01 * s
     assert npo.retain_delta_es == pytest.approx(sum(0.05 + 0.01 * s for s in range(3)) / 3)
     assert npo.es_before == pytest.approx(sum(0.1 * (s + 1) + 0.01 for s in range(3)) / 3)
+    assert npo.mu_before == pytest.approx(0.31)  # the unlearned model of each split, averaged
     attacks = (npo.retain_delta_es, npo.forget_delta_es, npo.forget_retain_delta_es)
     assert npo.avg_delta_es == pytest.approx(sum(attacks) / 3)
     assert npo.splits_recorded == 3
