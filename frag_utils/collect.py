@@ -230,9 +230,9 @@ class Collection:
         repeat_records = self.attacks_of_file(self.seeds_06)
         _same_attack_but_the_seed(repeat_records, found)
         repeats = tables.attack_rows(repeat_records, self.method_by_run, short_label)
+        rows = rows.assign(**{k: [_row(self.method_by_run[u])[k] for u in rows.unlearned_run]
+                              for k in ("target_es", "target_model_utility")})
         fr = rows[rows.attack_data.eq("forget_retain")]
-        fr = fr.assign(**{k: [_row(self.method_by_run[u])[k] for u in fr.unlearned_run]
-                          for k in ("target_es", "target_model_utility")})
         main = {u for u in fr.unlearned_run if not (_row(self.method_by_run[u])["method"] == "frp"
                                                     and self.method_by_run[u]["results"].get("made", {}).get("veto"))}
         by_precision, checkpoints, recovered, extended, listing = [], [], [], [], []
@@ -274,7 +274,7 @@ class Collection:
         print(f"{len(found)} of {len(specs)} runs of {self.grid_06} recorded, "
               f"{len(repeats)} of {len(self.planned('06_attacks', self.seeds_06))} seed repeats of {self.seeds_06}")
         table1 = tables.table1(rows) if len(rows) else pd.DataFrame()
-        target_mu = {_row(self.method_by_run[u])["target_model_utility"] for u in rows.unlearned_run}
+        target_mu = set(rows.target_model_utility)
         if len(target_mu) > 1:
             raise ValueError(f"the grid's models were made from targets of different Model Utility {sorted(target_mu)}")
         return {"rows": rows, "table1": table1,

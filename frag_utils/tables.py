@@ -121,7 +121,6 @@ def with_seed_repeats(chosen: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFra
     return chosen.assign(delta_es=lists, attack_seeds=[len(v) for v in lists])
 
 
-
 # below this much forgotten ES (target's − before), the share recovered is not defined: nothing to recover
 MIN_FORGOTTEN = 0.05
 
