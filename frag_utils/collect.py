@@ -45,8 +45,8 @@ WRITE_OPTIONS: dict[str, dict] = {
                    "provenance": {"source_runs": "every run the profile's parameter files list; hours from the "
                                                  "recorded ones, estimated_hours adds the others at the median "
                                                  "recorded run of their kind (frag_utils.costs)"}},
-    "claims": {"formats": {k: "+.2f" for k in ("paper_1B", "authors_recomputed_1B", "ours_bf16", "low",
-                                                              "high")}},
+    **{name: {"formats": {k: "+.2f" for k in ("paper_1B", "authors_recomputed_1B", f"ours_{weights}", "low", "high")}}
+       for name, weights in (("claims", "bf16"), ("claims_fp32", "fp32"))},
 }
 
 
@@ -264,7 +264,7 @@ class Collection:
         self.sources["table1"] = self.sources["table1_per_split"] = self.sources["table1_claims"] = list(rows.run)
         self.sources["frontier_table1"] = list(fr.run)
         for name in ("table3_by_precision", "table3_by_precision_checkpoints", "table3_recovered", "claims",
-                     "table3_panels"):
+                     "claims_fp32", "table3_panels"):
             self.sources[name] = table3_runs
         self.sources["table3_extended"] = extended_runs
         self.sources["table3_extended_checkpoints"] = list(fr[fr.method.ne("gold")].run)

@@ -214,6 +214,13 @@ def test_claims_put_the_paper_the_authors_recomputation_and_ours_side_by_side_wi
     assert c.loc[("all", "FRAG_x100")].what_follows.startswith("at 135M too")
     short = A.claims(table3.assign(n=4), checkpoints.iloc[:4], n_boot=50)
     assert short.verdict.str.startswith("no verdict yet: 4 of").all()
+    # the fp32 claims read the fp32 rows and checkpoints only: beside the bf16 ones, a partial fp32 set
+    both = pd.concat([table3, table3.assign(weights="fp32", rho=0.3, n=9)], ignore_index=True)
+    fp32 = A.claims(both, pd.concat([checkpoints, checkpoints.iloc[:9].assign(weights="fp32")]), weights="fp32",
+                    n_boot=50)
+    assert "ours_fp32" in fp32 and "ours_bf16" not in fp32 and (fp32.ours_fp32 == 0.3).all()
+    assert fp32.verdict.str.startswith("no verdict yet: 9 of").all()
+    assert (A.claims(both, checkpoints, n_boot=50).ours_bf16 == c.reset_index().ours_bf16).all()
     empty = A.claims(table3.iloc[:0], pd.DataFrame())  # what notebook 09 passes before any checkpoint
     assert (empty.verdict == "not measured yet").all() and (empty.n == 0).all() and (empty.what_follows == "").all()
 
