@@ -125,8 +125,8 @@ NOISE_PANELS = {"l2_all": "global L2", "A_f_x100": "cos(F, ΔW²) x100", "A_r_x1
 
 def noise_controls(table: pd.DataFrame) -> Any:
     """The direction-blind controls beside FRP (``table``: ``model`` and the columns of
-    :data:`NOISE_PANELS`): a panel per quantity, a bar per checkpoint. Noise at FRP's L2 has about
-    FRP's L2 and a larger cos F, yet a FRAG gap near zero, and forgets nothing."""
+    :data:`NOISE_PANELS`): a panel per quantity, a bar per checkpoint, so noise at FRP's L2 reads
+    against FRP in each: what the paper expects is a FRAG gap near zero and no forgetting."""
     plt, sns = _pyplot()
     fig, axes = plt.subplots(1, len(NOISE_PANELS), figsize=(2.4 * len(NOISE_PANELS), 3.2))
     colours = dict(zip(table.model, sns.color_palette(n_colors=len(table))))
