@@ -315,6 +315,21 @@ def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16
     return pd.DataFrame(rows)
 
 
+def beside(claims_: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
+    """``claims_`` (:func:`claims` of one precision) with the same claims measured in another
+    precision (``other``, :func:`claims` row for row) in one column more, ``ours_<weights>``: its
+    ρ with interval, ``n`` and the first words of its verdict, in one cell."""
+    weights = next(c for c in other.columns if c.startswith("ours_"))
+    if list(other.claim) != list(claims_.claim):
+        raise ValueError("the two claims tables differ in their rows: pass two outputs of analysis.claims")
+
+    def cell(r: pd.Series) -> str:
+        if not r.n:
+            return r.verdict
+        return f"{r[weights]:+.2f} [{r.low:+.2f}, {r.high:+.2f}], n {int(r.n)}: {r.verdict.split(':')[0]}"
+    return claims_.assign(**{weights: [cell(r) for _, r in other.iterrows()]})
+
+
 # what each kind of verdict means for the claim, read off the verdict's first words (in order)
 _FOLLOWS = {"FRAG_x100": (("supported", "at 135M too, the larger the FRAG gap, the less an attack recovers"),
                           ("reversed", "at 135M the FRAG gap ranks robustness in reverse"),
@@ -340,7 +355,7 @@ TABLE1_BASELINES = ("ga", "graddiff", "npo", "rmu", "sp")
 TABLE1_KEYS = {"gold": "gold", "GA": "ga", "GradDiff": "graddiff", "NPO": "npo", "RMU": "rmu", "SP": "sp",
                "FRP (P 0)": "frp_p0", "FRP (P 0.15)": "frp_p0.15"}
 _LABELS = {v: k for k, v in TABLE1_KEYS.items()}
-_ATTACK_NAMES = {"retain": "retain", "forget": "forget", "forget_retain": "forget+retain"}
+ATTACK_NAMES = {"retain": "retain", "forget": "forget", "forget_retain": "forget+retain"}
 
 
 def paper_table1() -> pd.DataFrame:
@@ -368,13 +383,14 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
     utility-collapsed model is not meaningfully robust": the verdict names FRP and the baselines it
     is compared with whose unlearned model, before any attack, has Model Utility (averaged over the
     splits) below ``min_utility_fraction`` of the target's, and FRP's low ES is not called robust
-    when FRP is one of them. The verdict is read off the numbers."""
+    when FRP is one of them. The verdict is read off the numbers. ``weights`` picks the precision
+    of ``table1``'s rows (the paper's numbers beside them are bf16 storage at 1B either way)."""
     paper = paper_table1()
     ours = table1[table1.weights.eq(weights) & table1.model.isin(list(TABLE1_KEYS))] if len(table1) else table1
     ours = ours.set_index(ours.model.map(TABLE1_KEYS)) if len(ours) else ours
     floor = min_utility_fraction * target_model_utility
     rows = []
-    for attack, name in _ATTACK_NAMES.items():
+    for attack, name in ATTACK_NAMES.items():
         p = paper[paper.attack.eq(attack)].set_index("method")
         p_es, _ = _lowest(p.es.loc[list(TABLE1_BASELINES)], p.es["frp_p0"])
         p_delta, _ = _lowest(p.delta_es.loc[list(TABLE1_BASELINES)], p.delta_es["frp_p0"])
@@ -382,7 +398,7 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
         compared = ["frp_p0", *TABLE1_BASELINES]
         known = bool(len(ours)) and set(compared) <= set(ours.index)
         known = known and bool(ours.loc[compared, cols].notna().all().all())
-        row = {"claim": f"FRP (P 0) keeps the lowest forget ES and ΔES after the {name} attack",
+        row = {"claim": f"FRP (P 0) keeps the lowest forget ES and ΔES after the {name} attack", "weights": weights,
                "paper_1B_es": p_es, "paper_1B_delta_es": p_delta}
         if known:
             base = ours.loc[list(TABLE1_BASELINES)]
@@ -404,6 +420,6 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
         else:
             es = delta = verdict = "not measured yet"
             mu, follows = float("nan"), ""
-        rows.append({**row, f"ours_{weights}_es": es, f"ours_{weights}_delta_es": delta,
+        rows.append({**row, "ours_es": es, "ours_delta_es": delta,
                      "frp_model_utility": mu, "verdict": verdict, "what_follows": follows})
     return pd.DataFrame(rows)

@@ -277,8 +277,13 @@ class Collection:
         target_mu = set(rows.target_model_utility)
         if len(target_mu) > 1:
             raise ValueError(f"the grid's models were made from targets of different Model Utility {sorted(target_mu)}")
+        mu = target_mu.pop() if target_mu else float("nan")
+        # the bf16 claims, and those of the precision study for the attacks it has recorded (forget+retain)
+        in_fp32 = set(rows[rows.weights.eq("fp32")].attack_data)
+        fp32_claims = analysis.table1_claims(table1, mu, weights="fp32")
+        fp32_claims = fp32_claims[[attack in in_fp32 for attack in analysis.ATTACK_NAMES]]
         return {"rows": rows, "table1": table1,
-                "table1_claims": analysis.table1_claims(table1, target_mu.pop() if target_mu else float("nan")),
+                "table1_claims": pd.concat([analysis.table1_claims(table1, mu), fp32_claims], ignore_index=True),
                 "per_split": tables.table1_per_split(rows),
                 "table3_by_precision": pd.concat(by_precision, ignore_index=True) if by_precision else pd.DataFrame(),
                 "table3_checkpoints": pd.concat(checkpoints, ignore_index=True) if checkpoints else pd.DataFrame(),

@@ -221,7 +221,15 @@ def test_claims_put_the_paper_the_authors_recomputation_and_ours_side_by_side_wi
     assert "ours_fp32" in fp32 and "ours_bf16" not in fp32 and (fp32.ours_fp32 == 0.3).all()
     assert fp32.verdict.str.startswith("no verdict yet: 9 of").all()
     assert (A.claims(both, checkpoints, n_boot=50).ours_bf16 == c.reset_index().ours_bf16).all()
+    # side by side: the fp32 claims in one column of the bf16 table, the bf16 columns untouched
+    side = A.beside(c.reset_index(), fp32)
+    assert side.drop(columns="ours_fp32").equals(c.reset_index())
+    assert side.ours_fp32.iloc[0] == f"+0.30 [{fp32.low[0]:+.2f}, {fp32.high[0]:+.2f}], n 9: no verdict yet"
     empty = A.claims(table3.iloc[:0], pd.DataFrame())  # what notebook 09 passes before any checkpoint
+    none_in_fp32 = A.claims(table3.iloc[:0], pd.DataFrame(), weights="fp32")
+    assert (A.beside(c.reset_index(), none_in_fp32).ours_fp32 == "not measured yet").all()
+    with pytest.raises(ValueError, match="differ in their rows"):
+        A.beside(c.reset_index(), none_in_fp32.iloc[:2])
     assert (empty.verdict == "not measured yet").all() and (empty.n == 0).all() and (empty.what_follows == "").all()
 
 
@@ -261,9 +269,9 @@ def test_table1_claims_compare_frp_with_the_lowest_baseline_and_flag_collapsed_m
                           for n in ("retain", "forget", "forget+retain"))
     # the paper's 1B block: FRP (β 0) 0.104 after forget+retain, SP 0.237 the lowest baseline
     assert (fr.paper_1B_es, fr.paper_1B_delta_es) == ("0.104 vs 0.237 (SP)", "0.049 vs 0.113 (SP)")
-    assert (retain.ours_bf16_es, retain.ours_bf16_delta_es) == ("0.300 vs 0.400 (SP)", "0.050 vs 0.100 (GradDiff)")
-    assert (forget.ours_bf16_es, forget.ours_bf16_delta_es) == ("0.300 vs 0.200 (RMU)", "0.450 vs 0.100 (GradDiff)")
-    assert (fr.ours_bf16_es, fr.ours_bf16_delta_es) == ("0.300 vs 0.400 (SP)", "0.150 vs 0.100 (GradDiff)")
+    assert (retain.ours_es, retain.ours_delta_es) == ("0.300 vs 0.400 (SP)", "0.050 vs 0.100 (GradDiff)")
+    assert (forget.ours_es, forget.ours_delta_es) == ("0.300 vs 0.200 (RMU)", "0.450 vs 0.100 (GradDiff)")
+    assert (fr.ours_es, fr.ours_delta_es) == ("0.300 vs 0.400 (SP)", "0.150 vs 0.100 (GradDiff)")
     # SP, the lowest baseline in ES, is collapsed before the attack (0.05 < 0.15): named, FRP is not
     assert retain.verdict == "holds; Model Utility before the attack below 0.5 x the target's (0.150): SP 0.050"
     assert retain.what_follows.startswith("at 135M FRP resists this attack best")
@@ -284,3 +292,8 @@ def test_table1_claims_compare_frp_with_the_lowest_baseline_and_flag_collapsed_m
     missing.loc[missing.model.eq("RMU"), "retain_es"] = np.nan
     assert list(A.table1_claims(missing, 0.3).verdict.str[:6]) == ["not me", "does n", "holds "]
     assert (A.table1_claims(pd.DataFrame(), 0.3).verdict == "not measured yet").all()
+    # the other precision's rows alone: its FRP against its baselines, none of the bf16 numbers
+    moved = table1[table1.weights.eq("bf16")].assign(weights="fp32", retain_es=lambda t: t.retain_es + 0.01)
+    fp32 = A.table1_claims(pd.concat([table1[table1.model.ne("FRP (P 0)")], moved]), 0.3, weights="fp32")
+    assert (fp32.weights == "fp32").all() and fp32.iloc[0].ours_es == "0.310 vs 0.410 (SP)"
+    assert (A.table1_claims(table1, 0.3, weights="fp32").verdict == "not measured yet").all()  # no fp32 baseline
