@@ -52,7 +52,8 @@ def test_notebook_09_run_twice_writes_identical_tables_figures_and_provenance(tm
     for name in bootstrapped:
         if (committed / f"{name}.csv").is_file():
             made, kept = (pd.read_csv(d / f"{name}.csv") for d in (copies[0], committed))
-            if not made.drop(columns=moved, errors="ignore").equals(kept.drop(columns=moved, errors="ignore")):
+            drop = [*moved, "ours_fp32"] if name == "claims" else moved  # its fp32 cell holds an interval
+            if not made.drop(columns=drop, errors="ignore").equals(kept.drop(columns=drop, errors="ignore")):
                 stale.append(f"{name}.csv")
     assert not stale, (f"figures/smol is not what notebook 09 makes of the records: {stale}; "
                        "run make reproduce SELECT=09_figures")
