@@ -209,6 +209,11 @@ FRP = "smol.table1__forget_split=forget10__frp_veto=0__method=frp__prune_precisi
 def test_ablations_and_controls_set_each_model_beside_the_grids_frp(copied_runs):
     from frag_utils import runs
 
+    # the ablations' and controls' own records (committed as the grid lands) out, the test's in
+    for notebook, name in (("05_unlearn", collect.ABLATIONS_05), ("05_unlearn", collect.CONTROLS_05),
+                           ("06_attacks", collect.ABLATIONS_06), ("06_attacks", collect.CONTROLS_06)):
+        for spec in runs.plan_run(notebook, PARAMS / name):
+            shutil.rmtree(copied_runs / notebook / spec.name, ignore_errors=True)
     assert all(not len(t) for t in collect.Collection("smol").ablations().values())  # nothing of their own yet
     planned = runs.plan_run("05_unlearn", PARAMS / collect.ABLATIONS_05)
 
