@@ -8,6 +8,7 @@ says. A predictor of robustness correlates *negatively* with ΔES.
 """
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 import numpy as np
@@ -318,15 +319,23 @@ def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16
 def beside(claims_: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
     """``claims_`` (:func:`claims` of one precision) with the same claims measured in another
     precision (``other``, :func:`claims` row for row) in one column more, ``ours_<weights>``: its
-    ρ with interval, ``n`` and the first words of its verdict, in one cell."""
+    ρ with interval, ``n`` and the first words of its verdict, in one cell; on the L2 rows, whose
+    verdict is on ρ(L2) − ρ(FRAG), that difference with its interval too, and whether L2's own ρ
+    is reversed."""
     weights = next(c for c in other.columns if c.startswith("ours_"))
-    if list(other.claim) != list(claims_.claim):
+    if weights in claims_.columns:
+        raise ValueError(f"both claims tables have {weights}: pass the claims of two precisions")
+    keys = ["claim", "subset", "predictor"]
+    if not other[keys].reset_index(drop=True).equals(claims_[keys].reset_index(drop=True)):
         raise ValueError("the two claims tables differ in their rows: pass two outputs of analysis.claims")
 
     def cell(r: pd.Series) -> str:
         if not r.n:
             return r.verdict
-        return f"{r[weights]:+.2f} [{r.low:+.2f}, {r.high:+.2f}], n {int(r.n)}: {r.verdict.split(':')[0]}"
+        text = f"{r[weights]:+.2f} [{r.low:+.2f}, {r.high:+.2f}], n {int(r.n)}: {r.verdict.split(':')[0]}"
+        gap = re.search(r"\(ρ\(L2\) − ρ\(FRAG\) [^)]*\)", r.verdict)
+        reversed_ = "; L2 in reverse" if "L2 ranks in reverse" in r.verdict else ""
+        return text + (f" {gap.group(0)}" if gap else "") + reversed_
     return claims_.assign(**{weights: [cell(r) for _, r in other.iterrows()]})
 
 
@@ -355,7 +364,7 @@ TABLE1_BASELINES = ("ga", "graddiff", "npo", "rmu", "sp")
 TABLE1_KEYS = {"gold": "gold", "GA": "ga", "GradDiff": "graddiff", "NPO": "npo", "RMU": "rmu", "SP": "sp",
                "FRP (P 0)": "frp_p0", "FRP (P 0.15)": "frp_p0.15"}
 _LABELS = {v: k for k, v in TABLE1_KEYS.items()}
-ATTACK_NAMES = {"retain": "retain", "forget": "forget", "forget_retain": "forget+retain"}
+_ATTACK_NAMES = {"retain": "retain", "forget": "forget", "forget_retain": "forget+retain"}
 
 
 def paper_table1() -> pd.DataFrame:
@@ -390,7 +399,7 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
     ours = ours.set_index(ours.model.map(TABLE1_KEYS)) if len(ours) else ours
     floor = min_utility_fraction * target_model_utility
     rows = []
-    for attack, name in ATTACK_NAMES.items():
+    for attack, name in _ATTACK_NAMES.items():
         p = paper[paper.attack.eq(attack)].set_index("method")
         p_es, _ = _lowest(p.es.loc[list(TABLE1_BASELINES)], p.es["frp_p0"])
         p_delta, _ = _lowest(p.delta_es.loc[list(TABLE1_BASELINES)], p.delta_es["frp_p0"])
@@ -398,7 +407,8 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
         compared = ["frp_p0", *TABLE1_BASELINES]
         known = bool(len(ours)) and set(compared) <= set(ours.index)
         known = known and bool(ours.loc[compared, cols].notna().all().all())
-        row = {"claim": f"FRP (P 0) keeps the lowest forget ES and ΔES after the {name} attack", "weights": weights,
+        row = {"claim": f"FRP (P 0) keeps the lowest forget ES and ΔES after the {name} attack", "attack": attack,
+               "weights": weights,
                "paper_1B_es": p_es, "paper_1B_delta_es": p_delta}
         if known:
             base = ours.loc[list(TABLE1_BASELINES)]

@@ -281,7 +281,7 @@ class Collection:
         # the bf16 claims, and those of the precision study for the attacks it has recorded (forget+retain)
         in_fp32 = set(rows[rows.weights.eq("fp32")].attack_data)
         fp32_claims = analysis.table1_claims(table1, mu, weights="fp32")
-        fp32_claims = fp32_claims[[attack in in_fp32 for attack in analysis.ATTACK_NAMES]]
+        fp32_claims = fp32_claims[fp32_claims.attack.isin(in_fp32)]
         return {"rows": rows, "table1": table1,
                 "table1_claims": pd.concat([analysis.table1_claims(table1, mu), fp32_claims], ignore_index=True),
                 "per_split": tables.table1_per_split(rows),

@@ -221,11 +221,25 @@ def test_claims_put_the_paper_the_authors_recomputation_and_ours_side_by_side_wi
     assert "ours_fp32" in fp32 and "ours_bf16" not in fp32 and (fp32.ours_fp32 == 0.3).all()
     assert fp32.verdict.str.startswith("no verdict yet: 9 of").all()
     assert (A.claims(both, checkpoints, n_boot=50).ours_bf16 == c.reset_index().ours_bf16).all()
+    # a complete fp32 set whose checkpoints rank the other way: the L2 gap is read from them alone
+    swapped = checkpoints.assign(weights="fp32", FRAG_x100=checkpoints.l2_all, l2_all=checkpoints.FRAG_x100)
+    full = pd.concat([table3, table3.assign(weights="fp32")], ignore_index=True)
+    l2_fp32 = A.claims(full, pd.concat([checkpoints, swapped]), weights="fp32", n_boot=200).iloc[3]
+    assert l2_fp32.verdict.startswith("reversed: ρ(L2) < ρ(FRAG)") and "(ρ(L2) − ρ(FRAG) -2.00" in l2_fp32.verdict
     # side by side: the fp32 claims in one column of the bf16 table, the bf16 columns untouched
     side = A.beside(c.reset_index(), fp32)
     assert side.drop(columns="ours_fp32").equals(c.reset_index())
     assert side.ours_fp32.iloc[0] == f"+0.30 [{fp32.low[0]:+.2f}, {fp32.high[0]:+.2f}], n 9: no verdict yet"
     empty = A.claims(table3.iloc[:0], pd.DataFrame())  # what notebook 09 passes before any checkpoint
+    # an L2 row: its own ρ and interval, and the verdict on the gap with the gap's interval
+    side = A.beside(c.reset_index(), A.claims(full, pd.concat([checkpoints, swapped]), weights="fp32", n_boot=200))
+    l2_cell = side.set_index(["subset", "predictor"]).loc[("all", "l2_all"), "ours_fp32"]
+    assert l2_cell.startswith("+0.50 [+0.10, +0.80], n 15: reversed (ρ(L2) − ρ(FRAG) -2.00 [")
+    assert l2_cell.endswith("; L2 in reverse")  # L2's own interval (0.1, 0.8) is above 0
+    with pytest.raises(ValueError, match="both claims tables have ours_bf16"):
+        A.beside(c.reset_index(), c.reset_index())
+    with pytest.raises(ValueError, match="differ in their rows"):
+        A.beside(c.reset_index(), fp32.iloc[[0, 4, 2, 3, 1]])  # the two "without FRP" rows: same text
     none_in_fp32 = A.claims(table3.iloc[:0], pd.DataFrame(), weights="fp32")
     assert (A.beside(c.reset_index(), none_in_fp32).ours_fp32 == "not measured yet").all()
     with pytest.raises(ValueError, match="differ in their rows"):

@@ -69,6 +69,20 @@ def test_table1_per_split_holds_each_attacks_delta_es_as_recorded(smol):
         assert got == pytest.approx(row["es_after"] - row["es_before"], abs=1e-12)
 
 
+def test_table1_claims_hold_the_bf16_rows_and_the_fp32_rows_of_the_attacks_recorded_in_fp32(smol, copied_runs):
+    claims = smol.table1(n_boot=20)["table1_claims"]
+    fp32_attacks = {r["provenance"]["params"]["attack_data"] for r in _attack_records()
+                    if _record("05_unlearn", r["provenance"]["params"]["unlearned_run"])["provenance"]["params"][
+                        "weights"] == "fp32"}
+    assert list(claims.weights) == ["bf16"] * 3 + ["fp32"] * len(fp32_attacks)
+    assert list(claims.attack[3:]) == [a for a in ("retain", "forget", "forget_retain") if a in fp32_attacks]
+    # without any fp32 attack recorded: the three bf16 rows alone
+    for r in _attack_records(copied_runs):
+        if "weights=fp32" in r["provenance"]["params"]["unlearned_run"]:
+            shutil.rmtree(copied_runs / "06_attacks" / r["folder"])
+    assert list(collect.Collection("smol").table1(n_boot=20)["table1_claims"].weights) == ["bf16"] * 3
+
+
 def test_table3_takes_the_papers_five_methods_and_the_extended_set_leaves_out_gold_and_collapsed(smol):
     t1 = smol.table1(n_boot=20)
     fr = _attack_records(attack_data="forget_retain")
