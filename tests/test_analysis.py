@@ -230,7 +230,6 @@ def test_claims_put_the_paper_the_authors_recomputation_and_ours_side_by_side_wi
     side = A.beside(c.reset_index(), fp32)
     assert side.drop(columns="ours_fp32").equals(c.reset_index())
     assert side.ours_fp32.iloc[0] == f"+0.30 [{fp32.low[0]:+.2f}, {fp32.high[0]:+.2f}], n 9: no verdict yet"
-    empty = A.claims(table3.iloc[:0], pd.DataFrame())  # what notebook 09 passes before any checkpoint
     # an L2 row: its own ρ and interval, and the verdict on the gap with the gap's interval
     side = A.beside(c.reset_index(), A.claims(full, pd.concat([checkpoints, swapped]), weights="fp32", n_boot=200))
     l2_cell = side.set_index(["subset", "predictor"]).loc[("all", "l2_all"), "ours_fp32"]
@@ -244,6 +243,7 @@ def test_claims_put_the_paper_the_authors_recomputation_and_ours_side_by_side_wi
     assert (A.beside(c.reset_index(), none_in_fp32).ours_fp32 == "not measured yet").all()
     with pytest.raises(ValueError, match="differ in their rows"):
         A.beside(c.reset_index(), none_in_fp32.iloc[:2])
+    empty = A.claims(table3.iloc[:0], pd.DataFrame())  # what notebook 09 passes before any checkpoint
     assert (empty.verdict == "not measured yet").all() and (empty.n == 0).all() and (empty.what_follows == "").all()
 
 
