@@ -22,7 +22,8 @@ BLOCKS = {
        for name in ("unlearned_models", "table1", "table1_per_split", "table3_by_precision",
                     "table3_by_precision_checkpoints", "table3_recovered", "table3_extended", "claims", "claims_fp32",
                     "claims_table1", "strength_pilot", "protocol_pilot", "grid_times", "noise_controls",
-                    "matched_controls", "ablation_lambda", "ablation_sparsity", "ablation_scoring")},
+                    "matched_controls", "ablation_lambda", "ablation_sparsity", "ablation_scoring",
+                    "attack_precision")},
     "bench": "bench/results/summary.md",
 }
 

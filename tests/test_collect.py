@@ -271,3 +271,32 @@ def test_ablations_and_controls_set_each_model_beside_the_grids_frp(copied_runs)
                  copied_runs)["results"]["row"]
     assert list(matched.matched) == ["sparsity"] and matched.frp_sparsity.iloc[0] == matched.sp_sparsity.iloc[0] == 0.05
     assert matched.l2_gap_pct.iloc[0] == pytest.approx(100 * (sp["l2_all"] / 300.0 - 1))
+
+
+def test_the_attack_precision_table_sets_each_fp32_attack_beside_the_same_models_bf16_attacks(copied_runs):
+    from frag_utils import runs
+
+    planned = runs.plan_run("06_attacks", PARAMS / collect.ATTACK_PRECISION_06)
+    for spec in planned:  # the file's own records (committed as they land) out, the test's in
+        shutil.rmtree(copied_runs / "06_attacks" / spec.name, ignore_errors=True)
+    assert not len(collect.Collection("smol").attack_precision())
+    assert all(s.params["weights"] == "fp32" and s.params["attack_data"] == "forget_retain" for s in planned)
+    npo = next(s for s in planned if s.params["unlearned_run"] == NPO)
+    grid = {r["provenance"]["params"]["unlearned_run"]: r for r in _attack_records(copied_runs, "forget_retain")}
+    _fake_record(copied_runs, "06_attacks", npo, grid[NPO]["folder"],
+                 row={"delta_es": 0.456, "model_utility_after": 0.2})
+    t = collect.Collection("smol").attack_precision().set_index("model")
+    assert list(t.index) == ["GA", "GradDiff", "NPO", "RMU", "SP", "FRP (P 0)", "FRP (P 0.15)"]
+    assert t.loc["NPO", "delta_es_fp32"] == 0.456 and t.loc["NPO", "model_utility_after_fp32"] == 0.2
+    assert t.loc[["GA", "FRP (P 0)"], "delta_es_fp32"].isna().all()  # not attacked in fp32 yet
+    # the bf16 column: the grid's own attack of the model; its seeds: that one and every repeat, read slowly
+    bf16 = grid[NPO]["results"]["row"]
+    assert t.loc["NPO", "delta_es_bf16"] == bf16["delta_es"]
+    repeats = [json.loads(f.read_text())["results"]["row"]["delta_es"]
+               for f in sorted((copied_runs / "06_attacks").glob("smol.table1_seeds*/results.json"))
+               if json.loads(f.read_text())["provenance"]["params"]["unlearned_run"] == NPO]
+    assert repeats and t.loc["NPO", "delta_es_bf16_seeds"] == [round(d, 3) for d in [bf16["delta_es"], *repeats]]
+    # the fp32 set's NPO (unlearned and attacked in fp32) is another model: its own attack's ΔES
+    fp32_npo = NPO.replace("weights=bf16", "weights=fp32")
+    assert t.loc["NPO", "fp32_set_delta_es"] == grid[fp32_npo]["results"]["row"]["delta_es"]
+    assert t.loc["NPO", "es"] == _record("05_unlearn", NPO)["results"]["row"]["es"]
