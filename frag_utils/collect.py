@@ -24,8 +24,8 @@ STRENGTH_PILOT, PROTOCOL_PILOT = "05_unlearn.strength_bf16.yaml", "06_attacks.pr
 # the FRP ablations (Tables 5-7, retain attack) and the direction-blind noise controls (Appendix A.2)
 ABLATIONS_05, ABLATIONS_06 = "05_unlearn.ablations.yaml", "06_attacks.ablations.yaml"
 CONTROLS_05, CONTROLS_06 = "05_unlearn.controls.yaml", "06_attacks.controls.yaml"
-# the bf16 models on forget10 under the grid's forget+retain attack with the weights kept in fp32
-ATTACK_PRECISION_06 = "06_attacks.attack_precision.yaml"
+# the bf16 models under the grid's forget+retain attack with the weights kept in fp32 (forget10; the others)
+ATTACK_PRECISION_06 = ("06_attacks.attack_precision.yaml", "06_attacks.attack_precision_splits.yaml")
 # the paper's Table 5 order: |W|, |W| x_f, |W| x_f / x_r, then Eq. 6 as printed (not in the paper's
 # table) and FRP as released
 SCORING_ORDER = ("magnitude", "magnitude_xf", "magnitude_ratio", "eq6", "released")
@@ -391,14 +391,17 @@ class Collection:
         return out
 
     def attack_precision(self) -> pd.DataFrame:
-        """The bf16 set's models on forget10 under the grid's forget+retain attack with the weights
-        stored in bf16 while attacking, as unlearned (``06_attacks.table1.yaml``: seed 42, and
+        """The bf16 set's models under the grid's forget+retain attack with the weights stored in
+        bf16 while attacking, as unlearned (``06_attacks.table1.yaml``: seed 42, and
         ``delta_es_bf16_seeds``, every seed of its Table 3 repeats), and kept in fp32
-        (``06_attacks.attack_precision.yaml``, seed 42); ``fp32_set_delta_es`` is the fp32 set's
-        model of the same method under its own attack (fp32 unlearning and attack). Empty until one
-        fp32 attack of a bf16 model is recorded."""
-        models = self._forget10_bf16(*DENSE, "sp", "frp")
-        in_fp32 = self._attacked(models, "forget_retain", (ATTACK_PRECISION_06,))
+        (:data:`ATTACK_PRECISION_06`, seed 42), per split and method (the grid's file order), then
+        each method's mean over the three splits (``forget_split`` ``mean``; blank until all three
+        are recorded). ``fp32_set_delta_es`` is the fp32 set's model of the same split and method
+        under its own attack (fp32 unlearning and attack). Empty until one fp32 attack of a bf16
+        model is recorded."""
+        models = [r for r in self.methods_of_file(self.grid_05) if _row(r)["method"] in (*DENSE, "sp", "frp")
+                  and r["provenance"]["params"].get("weights") == "bf16"]
+        in_fp32 = self._attacked(models, "forget_retain", ATTACK_PRECISION_06)
         if not len(in_fp32) or not in_fp32.attack_run.astype(bool).any():
             return pd.DataFrame()
         in_bf16 = self._attacked(models, "forget_retain", (self.grid_06,))
@@ -407,16 +410,15 @@ class Collection:
             if _row(r)["attack_data"] == "forget_retain":
                 seeds.setdefault(_row(r)["unlearned_run"], []).append(_row(r)["delta_es"])
 
-        def identity(r):  # the method and FRP's veto: what a model of the fp32 set shares with its bf16 twin
-            return _row(r)["method"], r["provenance"]["params"].get("frp_veto", 0.0)
+        def identity(r):  # split, method and FRP's veto: what a model of the fp32 set shares with its bf16 twin
+            return _row(r)["forget_split"], _row(r)["method"], r["provenance"]["params"].get("frp_veto", 0.0)
 
-        twins = [r for r in self.methods_of_file(self.grid_05) if _row(r)["forget_split"] == "forget10"
-                 and r["provenance"]["params"].get("weights") == "fp32"]
+        twins = [r for r in self.methods_of_file(self.grid_05) if r["provenance"]["params"].get("weights") == "fp32"]
         twin_attacks = self._attacked(twins, "forget_retain", (self.grid_06,))
         twin_delta = dict(zip(map(identity, twins), twin_attacks.delta_es))
         table = pd.DataFrame({
-            "model": in_bf16.model, "es": in_bf16.es, "model_utility": in_bf16.model_utility, "l2_all": in_bf16.l2_all,
-            "delta_es_bf16": in_bf16.delta_es,
+            "forget_split": in_bf16.forget_split, "model": in_bf16.model, "es": in_bf16.es,
+            "model_utility": in_bf16.model_utility, "l2_all": in_bf16.l2_all, "delta_es_bf16": in_bf16.delta_es,
             "delta_es_bf16_seeds": [[round(d, 3) for d in ([b] if b == b else []) + seeds.get(_name(r), [])]
                                     for r, b in zip(models, in_bf16.delta_es)],
             "delta_es_fp32": in_fp32.delta_es,
@@ -424,9 +426,13 @@ class Collection:
             "model_utility_after_fp32": in_fp32.model_utility_after,
             "fp32_set_delta_es": [twin_delta.get(identity(r), float("nan")) for r in models],
             "run": in_bf16.run, "attack_run_bf16": in_bf16.attack_run, "attack_run_fp32": in_fp32.attack_run})
+        numbers = ["es", "model_utility", "l2_all", "delta_es_bf16", "delta_es_fp32", "model_utility_after_bf16",
+                   "model_utility_after_fp32", "fp32_set_delta_es"]
+        means = table.groupby("model", sort=False)[numbers].agg(
+            lambda v: tables._mean_if_complete(v, len(tables.SPLITS))).reset_index()
         self.sources["attack_precision"] = [*table.run, *[r for r in (*table.attack_run_bf16, *table.attack_run_fp32)
                                                           if r], *twin_attacks.run, *twin_attacks.attack_run]
-        return table
+        return pd.concat([table, means.assign(forget_split="mean")], ignore_index=True)[table.columns]
 
     # -- runs outside the grid, and the figures' data --------------------------------------------
     def other_runs(self) -> tuple[pd.DataFrame, pd.DataFrame]:

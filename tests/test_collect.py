@@ -22,11 +22,13 @@ def _complete(folder, notebook):
 
 
 def _attack_records(root=None, attack_data=None):
-    """Every committed attack record of the grid's attack file (slow: every 06 record opened and its
-    parameters compared with the file's entries, defaults of the notebook aside)."""
+    """Every committed attack record of the grid's attack file (slow: every 06 record the runner named
+    after the file opened, and its parameters compared with the file's entries, defaults of the
+    notebook aside: another file's attack of the same model with one more setting matches an entry
+    too)."""
     wanted = yaml.safe_load((PARAMS / collect.GRID_06).read_text())
     found = []
-    for folder in sorted(((root or paths.RUNS_DIR) / "06_attacks").glob("smol*")):
+    for folder in sorted(((root or paths.RUNS_DIR) / "06_attacks").glob("smol.table1__*")):
         if not _complete(folder, "06_attacks"):
             continue
         rec = json.loads((folder / "results.json").read_text())
@@ -276,27 +278,35 @@ def test_ablations_and_controls_set_each_model_beside_the_grids_frp(copied_runs)
 def test_the_attack_precision_table_sets_each_fp32_attack_beside_the_same_models_bf16_attacks(copied_runs):
     from frag_utils import runs
 
-    planned = runs.plan_run("06_attacks", PARAMS / collect.ATTACK_PRECISION_06)
-    for spec in planned:  # the file's own records (committed as they land) out, the test's in
+    planned = [s for f in collect.ATTACK_PRECISION_06 for s in runs.plan_run("06_attacks", PARAMS / f)]
+    for spec in planned:  # the files' own records (committed as they land) out, the test's in
         shutil.rmtree(copied_runs / "06_attacks" / spec.name, ignore_errors=True)
     assert not len(collect.Collection("smol").attack_precision())
     assert all(s.params["weights"] == "fp32" and s.params["attack_data"] == "forget_retain" for s in planned)
+    assert sorted(s.params["forget_split"] for s in planned) == sorted(["forget01", "forget05", "forget10"] * 7)
     npo = next(s for s in planned if s.params["unlearned_run"] == NPO)
     grid = {r["provenance"]["params"]["unlearned_run"]: r for r in _attack_records(copied_runs, "forget_retain")}
     _fake_record(copied_runs, "06_attacks", npo, grid[NPO]["folder"],
                  row={"delta_es": 0.456, "model_utility_after": 0.2})
-    t = collect.Collection("smol").attack_precision().set_index("model")
-    assert list(t.index) == ["GA", "GradDiff", "NPO", "RMU", "SP", "FRP (P 0)", "FRP (P 0.15)"]
-    assert t.loc["NPO", "delta_es_fp32"] == 0.456 and t.loc["NPO", "model_utility_after_fp32"] == 0.2
-    assert t.loc[["GA", "FRP (P 0)"], "delta_es_fp32"].isna().all()  # not attacked in fp32 yet
+    t = collect.Collection("smol").attack_precision().set_index(["forget_split", "model"])
+    methods = ["GA", "GradDiff", "NPO", "RMU", "SP", "FRP (P 0)", "FRP (P 0.15)"]
+    assert list(t.loc["forget10"].index) == list(t.loc["mean"].index) == methods
+    assert t.loc[("forget10", "NPO"), "delta_es_fp32"] == 0.456
+    assert t.loc[("forget10", "NPO"), "model_utility_after_fp32"] == 0.2
+    assert t.delta_es_fp32.notna().sum() == 1  # the one fp32 attack recorded; no mean over one split of three
     # the bf16 column: the grid's own attack of the model; its seeds: that one and every repeat, read slowly
     bf16 = grid[NPO]["results"]["row"]
-    assert t.loc["NPO", "delta_es_bf16"] == bf16["delta_es"]
+    assert t.loc[("forget10", "NPO"), "delta_es_bf16"] == bf16["delta_es"]
     repeats = [json.loads(f.read_text())["results"]["row"]["delta_es"]
                for f in sorted((copied_runs / "06_attacks").glob("smol.table1_seeds*/results.json"))
                if json.loads(f.read_text())["provenance"]["params"]["unlearned_run"] == NPO]
-    assert repeats and t.loc["NPO", "delta_es_bf16_seeds"] == [round(d, 3) for d in [bf16["delta_es"], *repeats]]
+    assert repeats and t.loc[("forget10", "NPO"), "delta_es_bf16_seeds"] == [round(d, 3) for d in [bf16["delta_es"],
+                                                                                                 *repeats]]
     # the fp32 set's NPO (unlearned and attacked in fp32) is another model: its own attack's ΔES
     fp32_npo = NPO.replace("weights=bf16", "weights=fp32")
-    assert t.loc["NPO", "fp32_set_delta_es"] == grid[fp32_npo]["results"]["row"]["delta_es"]
-    assert t.loc["NPO", "es"] == _record("05_unlearn", NPO)["results"]["row"]["es"]
+    assert t.loc[("forget10", "NPO"), "fp32_set_delta_es"] == grid[fp32_npo]["results"]["row"]["delta_es"]
+    # a mean over the three splits, read slowly from each split's bf16 attack
+    npo_runs = [u for u in grid if "method=npo__weights=bf16" in u]
+    assert len(npo_runs) == 3
+    assert t.loc[("mean", "NPO"), "delta_es_bf16"] == pytest.approx(
+        sum(grid[u]["results"]["row"]["delta_es"] for u in npo_runs) / 3)
