@@ -406,20 +406,22 @@ class Collection:
             return pd.DataFrame()
         in_bf16 = self._attacked(models, "forget_retain", (self.grid_06,))
         seeds: dict[str, list[float]] = {}
-        for r in self.attacks_of_file(self.seeds_06):
-            if _row(r)["attack_data"] == "forget_retain":
-                seeds.setdefault(_row(r)["unlearned_run"], []).append(_row(r)["delta_es"])
+        repeats = [r for r in self.attacks_of_file(self.seeds_06) if _row(r)["attack_data"] == "forget_retain"
+                   and _row(r)["unlearned_run"] in {_name(m) for m in models}]
+        for r in repeats:
+            seeds.setdefault(_row(r)["unlearned_run"], []).append(_row(r)["delta_es"])
 
         def identity(r):  # split, method and FRP's veto: what a model of the fp32 set shares with its bf16 twin
             return _row(r)["forget_split"], _row(r)["method"], r["provenance"]["params"].get("frp_veto", 0.0)
 
         twins = [r for r in self.methods_of_file(self.grid_05) if r["provenance"]["params"].get("weights") == "fp32"]
-        twin_attacks = self._attacked(twins, "forget_retain", (self.grid_06,))
+        twin_attacks = self._attacked(twins, "forget_retain", (self.grid_06,)) if twins else pd.DataFrame(
+            columns=["run", "attack_run", "delta_es"])
         twin_delta = dict(zip(map(identity, twins), twin_attacks.delta_es))
         table = pd.DataFrame({
             "forget_split": in_bf16.forget_split, "model": in_bf16.model, "es": in_bf16.es,
             "model_utility": in_bf16.model_utility, "l2_all": in_bf16.l2_all, "delta_es_bf16": in_bf16.delta_es,
-            "delta_es_bf16_seeds": [[round(d, 3) for d in ([b] if b == b else []) + seeds.get(_name(r), [])]
+            "delta_es_bf16_seeds": [[round(d, 3) for d in ([b] if pd.notna(b) else []) + seeds.get(_name(r), [])]
                                     for r, b in zip(models, in_bf16.delta_es)],
             "delta_es_fp32": in_fp32.delta_es,
             "model_utility_after_bf16": in_bf16.model_utility_after,
@@ -430,8 +432,9 @@ class Collection:
                    "model_utility_after_fp32", "fp32_set_delta_es"]
         means = table.groupby("model", sort=False)[numbers].agg(
             lambda v: tables._mean_if_complete(v, len(tables.SPLITS))).reset_index()
-        self.sources["attack_precision"] = [*table.run, *[r for r in (*table.attack_run_bf16, *table.attack_run_fp32)
-                                                          if r], *twin_attacks.run, *twin_attacks.attack_run]
+        self.sources["attack_precision"] = [*table.run, *[r for r in (*table.attack_run_bf16, *table.attack_run_fp32,
+                                                                *twin_attacks.attack_run) if r],
+                                            *(r["run"] for r in repeats), *twin_attacks.run]
         return pd.concat([table, means.assign(forget_split="mean")], ignore_index=True)[table.columns]
 
     # -- runs outside the grid, and the figures' data --------------------------------------------

@@ -4,6 +4,7 @@ where a record is changed the way a redo or a user's rerun changes it."""
 import json
 import shutil
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -302,11 +303,22 @@ def test_the_attack_precision_table_sets_each_fp32_attack_beside_the_same_models
                if json.loads(f.read_text())["provenance"]["params"]["unlearned_run"] == NPO]
     assert repeats and t.loc[("forget10", "NPO"), "delta_es_bf16_seeds"] == [round(d, 3) for d in [bf16["delta_es"],
                                                                                                  *repeats]]
-    # the fp32 set's NPO (unlearned and attacked in fp32) is another model: its own attack's ΔES
-    fp32_npo = NPO.replace("weights=bf16", "weights=fp32")
-    assert t.loc[("forget10", "NPO"), "fp32_set_delta_es"] == grid[fp32_npo]["results"]["row"]["delta_es"]
+    # every row: the grid's own bf16 attack of its model, and the fp32 set's model of the same split,
+    # method and veto (its name with the fp32 settings) under its own attack, read slowly
+    rows = t.drop(index="mean", level="forget_split")
+    assert len(rows) == 21
+    for run, bf16_delta, twin_delta in zip(rows.run, rows.delta_es_bf16, rows.fp32_set_delta_es):
+        name = run.split("/", 1)[1]
+        twin = name.replace("weights=bf16", "weights=fp32").replace("prune_precision=bf16", "prune_precision=fp32")
+        assert bf16_delta == grid[name]["results"]["row"]["delta_es"]
+        assert twin_delta == grid[twin]["results"]["row"]["delta_es"]
     # a mean over the three splits, read slowly from each split's bf16 attack
-    npo_runs = [u for u in grid if "method=npo__weights=bf16" in u]
-    assert len(npo_runs) == 3
-    assert t.loc[("mean", "NPO"), "delta_es_bf16"] == pytest.approx(
-        sum(grid[u]["results"]["row"]["delta_es"] for u in npo_runs) / 3)
+    rmu_runs = [u for u in grid if "method=rmu__rmu_coeff=200__weights=bf16" in u]
+    assert len(rmu_runs) == 3
+    assert t.loc[("mean", "RMU"), "delta_es_bf16"] == pytest.approx(
+        sum(grid[u]["results"]["row"]["delta_es"] for u in rmu_runs) / 3)
+    # a split whose bf16 attack is not recorded leaves its row blank and the method's mean blank
+    shutil.rmtree(copied_runs / "06_attacks" / grid[rmu_runs[0]]["folder"])
+    t = collect.Collection("smol").attack_precision().set_index(["forget_split", "model"])
+    split = grid[rmu_runs[0]]["provenance"]["params"]["forget_split"]
+    assert pd.isna(t.loc[(split, "RMU"), "delta_es_bf16"]) and pd.isna(t.loc[("mean", "RMU"), "delta_es_bf16"])
