@@ -20,13 +20,13 @@ Every metric returns per-example values and the aggregate.
 from __future__ import annotations
 
 import contextlib
-import copy
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
+from transformers import DynamicCache
 
 from . import models, prompts
 from .prompts import IGNORE, batches, collate, encode_qa, end_of_turn_id, prompt_ids
@@ -87,76 +87,120 @@ def answer_stats(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], b
     return out
 
 
-@torch.no_grad()
-def grouped_answer_stats(model: Any, tokenizer: Any, groups: Sequence[tuple[str, Sequence[str]]],
-                         batch_size: int = 16, chat: bool = True, bf16: bool = False) -> list[list[AnswerStats]]:
-    """:func:`answer_stats` of several answers to one question, the prompt scored once.
+# questions per pass: their prompts run once, their answers behind that pass's key/value cache, and
+# their greedy answers continue from it, rows leaving as they finish (a wide pass amortises each
+# decoding step); in evaluation batches
+QUESTION_BATCHES = 8
 
-    ``batch_size`` questions at a time: one forward pass over their prompts (left-padded, positions
-    counted from each prompt's first token) keeps the key/value cache; their answers then run behind
-    it, each row reading its own question's cache, ``2 * batch_size`` answers of similar length per
-    pass (less padding). A question with seven answers (the answer, its paraphrase, five perturbed
-    ones) costs one prompt instead of seven, and logits are computed only where an answer token is
-    predicted. The same numbers as :func:`answer_stats` up to fp32 rounding (tested against it).
+
+@torch.no_grad()
+def score_and_generate(model: Any, tokenizer: Any, groups: Sequence[tuple[str, Sequence[str]]],
+                       max_new_tokens: int = 0, batch_size: int = 16, chat: bool = True, bf16: bool = False,
+                       questions_per_pass: int | None = None) -> tuple[list[list[AnswerStats]], list[str]]:
+    """Each question's prompt run once: its answers scored behind it, its greedy answer generated from it.
+
+    ``questions_per_pass`` questions at a time (default ``QUESTION_BATCHES * batch_size``), shortest
+    prompt first (less padding): one forward pass over their prompts (left-padded, positions counted
+    from each prompt's first token) keeps the key/value cache. Their answers then run behind it,
+    each row reading its own question's cache, ``2 * batch_size`` answers of similar length per pass,
+    logits only where an answer token is predicted: a question with seven answers (the answer, its
+    paraphrase, five perturbed ones) costs one prompt instead of seven. With ``max_new_tokens``,
+    greedy decoding then continues from the same cache (as ``model.generate(do_sample=False)``
+    decodes, except that a row leaves the batch as soon as it has closed its turn). The numbers
+    equal scoring each answer behind its own prompt, and the answers ``generate``'s, up to fp32
+    rounding (``tests/test_metrics.py``; in bf16 on a GPU another batch width can flip a near tie).
 
     Args:
-        groups: ``(question, [answer, ...])`` pairs.
+        groups: ``(question, [answer, ...])`` pairs; an empty list scores nothing for that question.
+        max_new_tokens: greedy answers up to this length (0: none).
     Returns:
-        Per group, one :class:`AnswerStats` per answer, in order.
+        ``(stats, generations)``: per group one :class:`AnswerStats` per answer, in order, and its greedy
+        answer cut at the end of turn, special tokens removed (``""`` when ``max_new_tokens`` is 0).
+    Raises:
+        ValueError: the model's generation config asks for logit processing (a repetition
+            penalty, banned words, ...) that plain greedy decoding would not apply.
     """
+    if max_new_tokens:
+        _check_plain_greedy(model)
     device = next(model.parameters()).device
-    if any(not answers for _, answers in groups):
-        raise ValueError("Every question needs at least one answer to score.")
-    out: list[list[AnswerStats]] = []
-    for chunk in batches(list(groups), batch_size):
-        prompts = [prompt_ids(tokenizer, q, chat) for q, _ in chunk]
-        answers = [[encode_qa(tokenizer, q, a, chat)["input_ids"][len(p):] for a in ans]  # answer + end of turn
-                   for p, (q, ans) in zip(prompts, chunk)]
-        head = collate([{"input_ids": p} for p in prompts], tokenizer.pad_token_id, side="left")
-        positions = (head["attention_mask"].cumsum(1) - 1).clamp(min=0)
-        with _autocast(bf16, device):
-            first = model(input_ids=head["input_ids"].to(device), attention_mask=head["attention_mask"].to(device),
-                          position_ids=positions.to(device), use_cache=True, logits_to_keep=1)
-        first_logp = torch.log_softmax(first.logits[:, -1].float(), dim=-1)  # [B, V]: each answer's first token
-        rows = [(i, a) for i, ans in enumerate(answers) for a in ans]
-        stats: list[AnswerStats | None] = [None] * len(rows)
-        # answers of similar length together: 2 * batch_size rows per pass, each behind a copy of
-        # the prompts' cache narrowed to the questions its rows answer
-        by_length = sorted(range(len(rows)), key=lambda r: len(rows[r][1]))
+    eot = end_of_turn_id(tokenizer)
+    prompts = [prompt_ids(tokenizer, q, chat) for q, _ in groups]
+    stats: list[list[AnswerStats]] = [[] for _ in groups]
+    generations = [""] * len(groups)
+    order = sorted(range(len(groups)), key=lambda i: len(prompts[i]))
+    for chunk in batches(order, questions_per_pass or QUESTION_BATCHES * batch_size):
+        cache, mask, last = _prefill(model, [prompts[i] for i in chunk], batch_size, tokenizer.pad_token_id,
+                                     device, bf16)
+        positions = mask.sum(1, keepdim=True) - 1  # [B, 1]: each prompt's last position
+        rows = [(j, encode_qa(tokenizer, groups[i][0], a, chat)["input_ids"][len(prompts[i]):])  # answer + end
+                for j, i in enumerate(chunk) for a in groups[i][1]]
+        scored: list[AnswerStats | None] = [None] * len(rows)
+        by_length = sorted(range(len(rows)), key=lambda r: len(rows[r][1]))  # answers of similar length together
         for sub in batches(by_length, 2 * batch_size):
-            scored = _score_answers(model, first.past_key_values, head["attention_mask"], [len(p) for p in prompts],
-                                    [rows[r][0] for r in sub], [rows[r][1] for r in sub], first_logp,
-                                    tokenizer.pad_token_id, device, bf16)
-            for r, x in zip(sub, scored):
-                stats[r] = x
-        it = iter(stats)
-        out += [[next(it) for _ in ans] for ans in answers]
-    return out
+            for r, x in zip(sub, _score_answers(model, cache, mask, positions[:, 0] + 1,
+                                                [rows[r] for r in sub], torch.log_softmax(last, dim=-1),
+                                                tokenizer.pad_token_id, device, bf16)):
+                scored[r] = x
+        done = iter(scored)
+        for i in chunk:
+            stats[i] = [next(done) for _ in groups[i][1]]
+        if max_new_tokens:
+            for i, row in zip(chunk, _greedy(model, cache, last.argmax(-1), mask, positions,
+                                             max_new_tokens, eot, device, bf16)):
+                generations[i] = tokenizer.decode(row, skip_special_tokens=True).strip()
+    return stats, generations
 
 
-def _score_answers(model: Any, prompt_cache: Any, prompt_mask: torch.Tensor, prompt_lengths: Sequence[int],
-                   owner: Sequence[int], answers: Sequence[list[int]], first_logp: torch.Tensor, pad: int,
+def _prefill(model: Any, prompts: Sequence[list[int]], batch_size: int, pad: int, device: torch.device,
+             bf16: bool) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """Run ``prompts`` (shortest first) ``batch_size`` at a time, each pass left-padded to its longest,
+    into one key/value cache left-padded to the longest of all (padding masked, its keys and values zero).
+
+    Returns:
+        ``(cache, mask [B, P], last)``: ``last`` [B, V] the fp32 logits after each prompt.
+    """
+    parts, masks, lasts = [], [], []
+    for sub in batches(list(prompts), batch_size):
+        head = collate([{"input_ids": p} for p in sub], pad, side="left")
+        mask = head["attention_mask"].to(device)
+        with _autocast(bf16, device):  # positions counted from each prompt's first token
+            out = model(input_ids=head["input_ids"].to(device), attention_mask=mask,
+                        position_ids=(mask.cumsum(1) - 1).clamp(min=0), use_cache=True, logits_to_keep=1)
+        parts.append([(layer.keys, layer.values) for layer in out.past_key_values.layers])
+        masks.append(mask)
+        lasts.append(out.logits[:, -1].float())
+    width = max(m.shape[1] for m in masks)
+
+    def left(x: torch.Tensor, dim: int) -> torch.Tensor:  # left-pad dimension ``dim`` with zeros to ``width``
+        pad = [0, 0] * (x.dim() - 1 - dim) + [width - x.shape[dim], 0]
+        return torch.nn.functional.pad(x, pad)
+
+    layers = [(torch.cat([left(p[i][0], 2) for p in parts]), torch.cat([left(p[i][1], 2) for p in parts]))
+              for i in range(len(parts[0]))]
+    return DynamicCache(ddp_cache_data=layers), torch.cat([left(m, 1) for m in masks]), torch.cat(lasts)
+
+
+def _score_answers(model: Any, prompt_cache: Any, prompt_mask: torch.Tensor, starts: torch.Tensor,
+                   rows: Sequence[tuple[int, list[int]]], first_logp: torch.Tensor, pad: int,
                    device: torch.device, bf16: bool) -> list[AnswerStats]:
-    """Teacher-forced statistics of ``answers``, each behind its prompt's cached keys and values:
-    ``answers[r]`` answers prompt ``owner[r]`` of the cached batch (``prompt_mask`` [B, P],
-    ``prompt_lengths`` [B], ``first_logp`` [B, V] its next-token log-probabilities)."""
-    index = torch.tensor(list(owner))
-    cache = copy.deepcopy(prompt_cache)
-    cache.batch_select_indices(index.to(device))  # each answer row reads its question's prompt
+    """Teacher-forced statistics of answers, each behind its prompt's cached keys and values: row
+    ``(j, answer)`` answers prompt ``j`` of the cached batch (``prompt_mask`` [B, P], ``starts`` [B]
+    each answer's first position, ``first_logp`` [B, V] its first token's log-probabilities)."""
+    owner = torch.tensor([j for j, _ in rows], device=device)
+    answers = [a for _, a in rows]
+    cache = DynamicCache(ddp_cache_data=[(layer.keys[owner], layer.values[owner]) for layer in prompt_cache.layers])
     body = collate([{"input_ids": a} for a in answers], pad, side="right")
-    mask = torch.cat([prompt_mask[index], body["attention_mask"]], dim=1)
-    start = torch.tensor([prompt_lengths[i] for i in owner])
-    positions = start[:, None] + torch.arange(body["input_ids"].shape[1])[None]
+    mask = torch.cat([prompt_mask[owner], body["attention_mask"].to(device)], dim=1)
+    positions = starts[owner][:, None] + torch.arange(body["input_ids"].shape[1], device=device)[None]
     keep = body["attention_mask"].bool()  # position t of an answer predicts its token t+1: not the last
     keep[torch.arange(len(answers)), torch.tensor([len(a) for a in answers]) - 1] = False
     with _autocast(bf16, device):  # logits only at the answers' own positions, not the batch's padding
         logits = models.logits_at(model, keep.to(device), input_ids=body["input_ids"].to(device),
-                                  attention_mask=mask.to(device), position_ids=positions.to(device),
-                                  past_key_values=cache)
+                                  attention_mask=mask, position_ids=positions, past_key_values=cache)
     stats = []
-    for (i, a), rows in zip(zip(owner, answers), logits.split([len(a) - 1 for a in answers])):
+    for (j, a), rows_logits in zip(rows, logits.split([len(a) - 1 for a in answers])):
         tgt = torch.tensor(a, device=device)
-        lp = torch.cat([first_logp[i][None], torch.log_softmax(rows.float(), dim=-1)])  # [n, V]
+        lp = torch.cat([first_logp[j][None], torch.log_softmax(rows_logits.float(), dim=-1)])  # [n, V]
         stats.append(AnswerStats(lp.gather(-1, tgt[:, None])[:, 0].cpu(), (lp.argmax(-1) == tgt).cpu()))
     return stats
 
@@ -296,9 +340,6 @@ def probability_with_options(model: Any, tokenizer: Any, records: Sequence[dict]
         *correct_and_wrong_nll(model, tokenizer, records, batch_size, chat, bf16, "answer"))
 
 
-# greedy generation runs this many evaluation batches' worth of questions per pass (its rows leave
-# as they finish, so a wide pass costs little more than a narrow one and amortises each step)
-GENERATION_ROWS = 4
 # generation settings that would make a model's own ``generate`` differ from plain greedy decoding
 _PROCESSORS = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0,
                "bad_words_ids": None, "suppress_tokens": None, "begin_suppress_tokens": None,
@@ -307,20 +348,7 @@ _PROCESSORS = {"repetition_penalty": 1.0, "no_repeat_ngram_size": 0, "encoder_no
                "exponential_decay_length_penalty": None, "guidance_scale": None}
 
 
-def generate_answers(model: Any, tokenizer: Any, questions: Sequence[str], max_new_tokens: int = 64,
-                     batch_size: int = 16, chat: bool = True, bf16: bool = False) -> list[str]:
-    """Greedy answers, cut at the end of turn, special tokens removed.
-
-    Greedy decoding as ``model.generate(do_sample=False)`` does it (left-padded prompts, positions
-    counted from each prompt's first token, the key/value cache), except that a row leaves the
-    batch as soon as it has closed its turn: the batch shrinks instead of carrying finished answers
-    to the longest one (``tests/test_metrics.py`` checks the answers equal ``generate``'s, in fp32
-    on the CPU; in bf16 on a GPU another batch width can change kernels and flip a near tie).
-
-    Raises:
-        ValueError: the model's generation config asks for logit processing (a repetition
-            penalty, banned words, ...) that plain greedy decoding would not apply.
-    """
+def _check_plain_greedy(model: Any) -> None:
     config = getattr(model, "generation_config", None)
     asked = {k: getattr(config, k, None) for k, plain in _PROCESSORS.items()
              if getattr(config, k, None) not in (None, plain)}
@@ -328,14 +356,14 @@ def generate_answers(model: Any, tokenizer: Any, questions: Sequence[str], max_n
         raise ValueError(f"The model's generation config sets {asked}; the evaluation decodes greedily without "
                          "logit processing (OpenUnlearning's do_sample=False). Reset these in its "
                          "generation_config.json.")
-    device = next(model.parameters()).device
-    eot = end_of_turn_id(tokenizer)
-    out: list[str] = []
-    for chunk in batches(list(questions), batch_size):
-        for row in _greedy(model, [prompt_ids(tokenizer, q, chat) for q in chunk], max_new_tokens, eot,
-                           tokenizer.pad_token_id, device, bf16):
-            out.append(tokenizer.decode(row, skip_special_tokens=True).strip())
-    return out
+
+
+def generate_answers(model: Any, tokenizer: Any, questions: Sequence[str], max_new_tokens: int = 64,
+                     batch_size: int = 16, chat: bool = True, bf16: bool = False) -> list[str]:
+    """Greedy answers, cut at the end of turn, special tokens removed, ``batch_size`` questions per
+    pass (:func:`score_and_generate` with nothing to score)."""
+    return score_and_generate(model, tokenizer, [(q, []) for q in questions], max_new_tokens, batch_size, chat,
+                              bf16, questions_per_pass=batch_size)[1]
 
 
 @torch.no_grad()
@@ -359,21 +387,14 @@ def generate_answers_by_generate(model: Any, tokenizer: Any, questions: Sequence
 
 
 @torch.no_grad()
-def _greedy(model: Any, prompts: Sequence[list[int]], max_new_tokens: int, eot: int, pad: int,
-            device: torch.device, bf16: bool) -> list[list[int]]:
-    """Greedy continuations of ``prompts`` (token ids), each cut before its end-of-turn token."""
-    batch = collate([{"input_ids": p} for p in prompts], pad, side="left")
-    ids, mask = batch["input_ids"].to(device), batch["attention_mask"].to(device)
-    positions = (mask.cumsum(1) - 1).clamp(min=0)
-    alive = list(range(len(prompts)))  # rows still answering, in batch order
-    out: list[list[int]] = [[] for _ in prompts]
-    cache = None
+def _greedy(model: Any, cache: Any, first: torch.Tensor, mask: torch.Tensor, position: torch.Tensor,
+            max_new_tokens: int, eot: int, device: torch.device, bf16: bool) -> list[list[int]]:
+    """Greedy continuations of prompts already run into ``cache`` (their ``mask`` [B, P], each
+    one's last ``position`` [B, 1], ``first`` [B] the argmax after it), each cut before its end of turn."""
+    alive = list(range(len(first)))  # rows still answering, in batch order
+    out: list[list[int]] = [[] for _ in alive]
+    nxt = first
     for step in range(max_new_tokens):
-        with _autocast(bf16, device):
-            res = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache,
-                        use_cache=True, logits_to_keep=1)
-        cache = res.past_key_values
-        nxt = res.logits[:, -1].float().argmax(-1)
         keep = []
         for i, (row, token) in enumerate(zip(alive, nxt.tolist())):
             if token != eot:
@@ -384,10 +405,14 @@ def _greedy(model: Any, prompts: Sequence[list[int]], max_new_tokens: int, eot: 
         if len(keep) < len(alive):  # finished rows leave the batch and its cache
             index = torch.tensor(keep, device=device)
             cache.batch_select_indices(index)
-            alive, mask, nxt, positions = [alive[i] for i in keep], mask[index], nxt[index], positions[index]
-        ids = nxt[:, None]
+            alive, mask, nxt, position = [alive[i] for i in keep], mask[index], nxt[index], position[index]
         mask = torch.cat([mask, mask.new_ones(len(alive), 1)], dim=1)
-        positions = positions[:, -1:] + 1
+        position = position + 1
+        with _autocast(bf16, device):
+            res = model(input_ids=nxt[:, None], attention_mask=mask, position_ids=position, past_key_values=cache,
+                        use_cache=True, logits_to_keep=1)
+        cache = res.past_key_values
+        nxt = res.logits[:, -1].float().argmax(-1)
     return out
 
 
@@ -405,13 +430,10 @@ def rouge_l_recall(prediction: str, reference: str) -> float:
 
 
 def rouge(model: Any, tokenizer: Any, records: Sequence[dict], max_new_tokens: int = 64,
-          batch_size: int = 16, chat: bool = True, bf16: bool = False,
-          generate: Callable[..., list[str]] | None = None) -> dict:
-    """ROUGE-L recall of greedy answers (``generate``, default :func:`generate_answers`) against
-    the reference answers."""
-    gens = (generate or generate_answers)(model, tokenizer, [r["question"] for r in records], max_new_tokens,
-                                          batch_size, chat, bf16)
-    return rouge_of(gens, records)
+          batch_size: int = 16) -> dict:
+    """ROUGE-L recall of ``generate``'s greedy answers against the reference answers (the slow path's)."""
+    return rouge_of(generate_answers_by_generate(model, tokenizer, [r["question"] for r in records], max_new_tokens,
+                                                 batch_size), records)
 
 
 def rouge_of(generations: Sequence[str], records: Sequence[dict]) -> dict:
@@ -438,24 +460,27 @@ def harmonic_mean(values: Sequence[float]) -> float:
 
 
 def scored_records(model: Any, tokenizer: Any, records: Sequence[dict], batch_size: int = 16, chat: bool = True,
-                   bf16: bool = False, paraphrase: bool = True) -> list[dict]:
-    """Every answer a record's metrics need, from one grouped pass (:func:`grouped_answer_stats`).
+                   bf16: bool = False, paraphrase: bool | Sequence[bool] = True, max_new_tokens: int = 0) -> list[dict]:
+    """Every answer a record's metrics need and its greedy answer, from one pass (:func:`score_and_generate`).
 
     Args:
         paraphrase: the truth ratio's correct answer is the paraphrase where a record has one (forget
-            and retain sets); else always the answer (real authors, world facts).
+            and retain sets); else always the answer (real authors, world facts). One flag, or one per record.
     Returns:
         Per record, :class:`AnswerStats` of its ``answer``, of the truth ratio's ``correct`` answer
-        (the same object when that is the answer) and of each ``perturbed`` answer.
+        (the same object when that is the answer) and of each ``perturbed`` answer, and its greedy
+        ``generation`` (``""`` when ``max_new_tokens`` is 0).
     """
+    flags = [paraphrase] * len(records) if isinstance(paraphrase, bool) else list(paraphrase)
     groups, separate = [], []  # separate: the correct answer is not the answer itself
-    for r in records:
-        correct = (r.get("paraphrased_answer") or r["answer"]) if paraphrase else r["answer"]
+    for r, flag in zip(records, flags, strict=True):
+        correct = (r.get("paraphrased_answer") or r["answer"]) if flag else r["answer"]
         separate.append(correct != r["answer"])
         groups.append((r["question"], [r["answer"], *([correct] if separate[-1] else []),
                                        *r.get("perturbed_answer", [])]))
-    return [{"answer": st[0], "correct": st[int(sep)], "perturbed": st[1 + int(sep):]}
-            for sep, st in zip(separate, grouped_answer_stats(model, tokenizer, groups, batch_size, chat, bf16))]
+    stats, generations = score_and_generate(model, tokenizer, groups, max_new_tokens, batch_size, chat, bf16)
+    return [{"answer": st[0], "correct": st[int(sep)], "perturbed": st[1 + int(sep):], "generation": gen}
+            for sep, st, gen in zip(separate, stats, generations)]
 
 
 def _nlls(scored: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
@@ -482,14 +507,13 @@ def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], m
     if missing:
         raise ValueError(f"Model Utility needs the sets {list(UTILITY_SETS)}; missing {missing}.")
     components, per_example = {}, {}
-    kw = dict(batch_size=batch_size, chat=chat, bf16=bf16)
-    # the three sets' greedy answers in one go, GENERATION_ROWS batches' worth of rows per pass
-    questions = [r["question"] for name in UTILITY_SETS for r in sets[name]]
-    answers = iter(generate_answers(model, tokenizer, questions, max_new_tokens, GENERATION_ROWS * batch_size,
-                                    chat, bf16))
+    # the three sets' questions in one pass (each prompt once: scored answers and greedy answer)
+    flags = [name == "retain_perturbed" for name in UTILITY_SETS for _ in sets[name]]
+    everything = iter(scored_records(model, tokenizer, [r for name in UTILITY_SETS for r in sets[name]], batch_size,
+                                     chat, bf16, flags, max_new_tokens))
     for name in UTILITY_SETS:
         recs = sets[name]
-        scored = scored_records(model, tokenizer, recs, paraphrase=name == "retain_perturbed", **kw)
+        scored = [next(everything) for _ in recs]
         c, w = _nlls(scored)
         if name == "retain_perturbed":
             es_retain, prob = _es_probability([x["answer"] for x in scored])
@@ -497,7 +521,7 @@ def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], m
         else:  # no paraphrase: both numbers come from the same answer/perturbed NLLs
             results = {"probability": probability_with_options_from_nll(c, w),
                        "truth_ratio": truth_ratio_from_nll(c, w, "true_better")}
-        results["rouge"] = rouge_of([next(answers) for _ in recs], recs)
+        results["rouge"] = rouge_of([x["generation"] for x in scored], recs)
         for metric, res in results.items():
             components[f"{name}/{metric}"] = res["value"]
             per_example[f"{name}/{metric}"] = res["per_example"]
@@ -509,11 +533,10 @@ def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], m
 def evaluate_forget(model: Any, tokenizer: Any, forget_records: Sequence[dict], max_new_tokens: int = 64,
                     batch_size: int = 16, chat: bool = True, bf16: bool = False) -> dict:
     """The forget-split half of :func:`evaluate`: ES, probability, truth ratio and ROUGE."""
-    kw = dict(batch_size=batch_size, chat=chat, bf16=bf16)
-    scored = scored_records(model, tokenizer, forget_records, **kw)
+    scored = scored_records(model, tokenizer, forget_records, batch_size, chat, bf16, max_new_tokens=max_new_tokens)
     es, prob = _es_probability([x["answer"] for x in scored])
     tr = truth_ratio_from_nll(*_nlls(scored), "closer_to_1_better")
-    rg = rouge(model, tokenizer, forget_records, max_new_tokens, GENERATION_ROWS * batch_size, chat, bf16)
+    rg = rouge_of([x["generation"] for x in scored], forget_records)
     return {"es": es, "forget_probability": prob, "forget_truth_ratio": tr, "forget_rouge": rg}
 
 
@@ -554,21 +577,20 @@ def evaluate_metric_by_metric(model: Any, tokenizer: Any, forget_records: Sequen
     answer scored behind its own prompt, answers scored again by every metric that needs them (the
     evaluation before grouped scoring), greedy answers from the model's ``generate``."""
     kw = dict(batch_size=batch_size)
-    gen = dict(batch_size=batch_size, generate=generate_answers_by_generate)
     retain = utility_sets["retain_perturbed"]
     out = {"es": extraction_strength(model, tokenizer, forget_records, **kw)["value"],
            "forget_probability": probability(model, tokenizer, forget_records, **kw)["value"],
            "forget_truth_ratio": truth_ratio(model, tokenizer, forget_records, "closer_to_1_better", **kw)["value"],
-           "forget_rouge": rouge(model, tokenizer, forget_records, max_new_tokens, **gen)["value"],
+           "forget_rouge": rouge(model, tokenizer, forget_records, max_new_tokens, **kw)["value"],
            "es_retain": extraction_strength(model, tokenizer, retain, **kw)["value"]}
     components = {"retain_perturbed/probability": probability(model, tokenizer, retain, **kw)["value"],
                   "retain_perturbed/truth_ratio": truth_ratio(model, tokenizer, retain, "true_better", **kw)["value"],
-                  "retain_perturbed/rouge": rouge(model, tokenizer, retain, max_new_tokens, **gen)["value"]}
+                  "retain_perturbed/rouge": rouge(model, tokenizer, retain, max_new_tokens, **kw)["value"]}
     for name in UTILITY_SETS[1:]:
         c, w = correct_and_wrong_nll(model, tokenizer, utility_sets[name], correct_key="answer", **kw)
         components[f"{name}/probability"] = probability_with_options_from_nll(c, w)["value"]
         components[f"{name}/truth_ratio"] = truth_ratio_from_nll(c, w, "true_better")["value"]
-        components[f"{name}/rouge"] = rouge(model, tokenizer, utility_sets[name], max_new_tokens, **gen)["value"]
+        components[f"{name}/rouge"] = rouge(model, tokenizer, utility_sets[name], max_new_tokens, **kw)["value"]
     return {**out, **components, "model_utility": harmonic_mean(list(components.values()))}
 
 

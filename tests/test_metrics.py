@@ -199,12 +199,17 @@ def test_grouped_scoring_of_smollm2_equals_scoring_each_answer_alone(tokenizer):
 
 def test_greedy_answers_equal_those_of_generate(tokenizer, partly_trained):
     """The lean greedy loop (finished rows leave the batch) answers as ``generate`` does: on the
-    embedded SmolLM2 (some answers end early, some run to the limit) and on the tiny model."""
+    embedded SmolLM2 (some answers end early, some run to the limit) and on the tiny model. On
+    SmolLM2 as the evaluation runs it: the 36 prompts run 8 at a time into one cache (left-padded
+    to the longest), the answers scored behind it first, then the greedy answers decoded from it."""
     model, tok = models.load_model(models.SMOLLM2)
-    questions = [r["question"] for name in ("real_authors_perturbed", "world_facts_perturbed", "forget10_perturbed")
-                 for r in data.load_split("synthetic", name, 12)]
-    ours = metrics.generate_answers(model, tok, questions, 32, batch_size=16)
+    records = [r for name in ("real_authors_perturbed", "world_facts_perturbed", "forget10_perturbed")
+               for r in data.load_split("synthetic", name, 12)]
+    questions = [r["question"] for r in records]
+    stats, ours = metrics.score_and_generate(model, tok, [(r["question"], [r["answer"]]) for r in records], 32,
+                                             batch_size=8)
     assert ours == metrics.generate_answers_by_generate(model, tok, questions, 32, 16)
+    assert [len(s) for s in stats] == [1] * len(records)
     lengths = [len(tok(a, add_special_tokens=False)["input_ids"]) for a in ours]
     assert min(lengths) < 20 and max(lengths) >= 30  # rows did leave early while others ran on
     tiny_questions = questions[:8]
