@@ -90,7 +90,7 @@ def answer_stats(model: Any, tokenizer: Any, pairs: Sequence[tuple[str, str]], b
 # questions per pass: their prompts run once, their answers behind that pass's key/value cache, and
 # their greedy answers continue from it, rows leaving as they finish (a wide pass amortises each
 # decoding step); in evaluation batches
-QUESTION_BATCHES = 8
+QUESTION_BATCHES = 16
 
 
 @torch.no_grad()
@@ -99,16 +99,17 @@ def score_and_generate(model: Any, tokenizer: Any, groups: Sequence[tuple[str, S
                        questions_per_pass: int | None = None) -> tuple[list[list[AnswerStats]], list[str]]:
     """Each question's prompt run once: its answers scored behind it, its greedy answer generated from it.
 
-    ``questions_per_pass`` questions at a time (default ``QUESTION_BATCHES * batch_size``), shortest
-    prompt first (less padding): one forward pass over their prompts (left-padded, positions counted
-    from each prompt's first token) keeps the key/value cache. Their answers then run behind it,
-    each row reading its own question's cache, ``2 * batch_size`` answers of similar length per pass,
-    logits only where an answer token is predicted: a question with seven answers (the answer, its
-    paraphrase, five perturbed ones) costs one prompt instead of seven. With ``max_new_tokens``,
-    greedy decoding then continues from the same cache (as ``model.generate(do_sample=False)``
-    decodes, except that a row leaves the batch as soon as it has closed its turn). The numbers
-    equal scoring each answer behind its own prompt, and the answers ``generate``'s, up to fp32
-    rounding (``tests/test_metrics.py``; in bf16 on a GPU another batch width can flip a near tie).
+    At most ``questions_per_pass`` questions at a time (default ``QUESTION_BATCHES * batch_size``, in
+    passes of equal size), shortest prompt first (less padding), ``batch_size`` prompts per forward
+    pass (left-padded, positions counted from each prompt's first token), their key/value caches
+    joined into one. Their answers then run behind it, each row reading its own question's cache,
+    ``2 * batch_size`` answers of similar length per pass, logits only where an answer token is
+    predicted: a question with seven answers (the answer, its paraphrase, five perturbed ones)
+    costs one prompt instead of seven. With ``max_new_tokens``, greedy decoding then continues
+    from the same cache (as ``model.generate(do_sample=False)`` decodes, except that a row leaves
+    the batch as soon as it has closed its turn). The numbers equal scoring each answer behind its
+    own prompt, and the answers ``generate``'s, up to fp32 rounding (``tests/test_metrics.py``; in
+    bf16 on a GPU another batch width can flip a near tie).
 
     Args:
         groups: ``(question, [answer, ...])`` pairs; an empty list scores nothing for that question.
@@ -120,6 +121,8 @@ def score_and_generate(model: Any, tokenizer: Any, groups: Sequence[tuple[str, S
         ValueError: the model's generation config asks for logit processing (a repetition
             penalty, banned words, ...) that plain greedy decoding would not apply.
     """
+    if not groups:
+        raise ValueError("No questions to score: the split is empty.")
     if max_new_tokens:
         _check_plain_greedy(model)
     device = next(model.parameters()).device
@@ -128,7 +131,8 @@ def score_and_generate(model: Any, tokenizer: Any, groups: Sequence[tuple[str, S
     stats: list[list[AnswerStats]] = [[] for _ in groups]
     generations = [""] * len(groups)
     order = sorted(range(len(groups)), key=lambda i: len(prompts[i]))
-    for chunk in batches(order, questions_per_pass or QUESTION_BATCHES * batch_size):
+    per_pass = questions_per_pass or QUESTION_BATCHES * batch_size
+    for chunk in batches(order, math.ceil(len(order) / max(1, math.ceil(len(order) / per_pass)))):  # even passes
         cache, mask, last = _prefill(model, [prompts[i] for i in chunk], batch_size, tokenizer.pad_token_id,
                                      device, bf16)
         positions = mask.sum(1, keepdim=True) - 1  # [B, 1]: each prompt's last position
@@ -492,6 +496,27 @@ def _nlls(scored: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
             np.array([[w.avg_nll for w in x["perturbed"]] for x in scored]).reshape(len(scored), n_wrong.pop()))
 
 
+def evaluate_halves(model: Any, tokenizer: Any, forget_records: Sequence[dict] | None, utility_sets: dict | None,
+                    max_new_tokens: int = 64, batch_size: int = 16, chat: bool = True, bf16: bool = False
+                    ) -> tuple[dict | None, dict | None]:
+    """:func:`evaluate_forget` and :func:`model_utility` from one pass over all their questions
+    (:func:`scored_records`: each prompt once, one greedy decoding for all); ``None`` skips a half."""
+    records, flags = list(forget_records or []), [True] * len(forget_records or [])
+    if utility_sets is not None:
+        missing = [s for s in UTILITY_SETS if s not in utility_sets]
+        if missing:
+            raise ValueError(f"Model Utility needs the sets {list(UTILITY_SETS)}; missing {missing}.")
+        for name in UTILITY_SETS:  # the truth ratio's correct answer: the paraphrase on the retain set only
+            records += utility_sets[name]
+            flags += [name == "retain_perturbed"] * len(utility_sets[name])
+    scored = iter(scored_records(model, tokenizer, records, batch_size, chat, bf16, flags, max_new_tokens))
+    forget = None if forget_records is None else _forget_numbers([next(scored) for _ in forget_records],
+                                                                  forget_records)
+    utility = None if utility_sets is None else _utility_numbers(
+        {name: [next(scored) for _ in utility_sets[name]] for name in UTILITY_SETS}, utility_sets)
+    return forget, utility
+
+
 def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], max_new_tokens: int = 64,
                   batch_size: int = 16, chat: bool = True, bf16: bool = False) -> dict:
     """Model Utility and the nine numbers it is the harmonic mean of.
@@ -503,25 +528,21 @@ def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], m
         "es_retain": {...}}``; ``per_example`` also holds each set's greedy answers under
         ``"<set>/generations"``; ``es_retain`` is ES on the retain set, from the same pass.
     """
-    missing = [s for s in UTILITY_SETS if s not in sets]
-    if missing:
-        raise ValueError(f"Model Utility needs the sets {list(UTILITY_SETS)}; missing {missing}.")
+    return evaluate_halves(model, tokenizer, None, sets, max_new_tokens, batch_size, chat, bf16)[1]
+
+
+def _utility_numbers(scored: dict[str, list[dict]], sets: dict[str, Sequence[dict]]) -> dict:
     components, per_example = {}, {}
-    # the three sets' questions in one pass (each prompt once: scored answers and greedy answer)
-    flags = [name == "retain_perturbed" for name in UTILITY_SETS for _ in sets[name]]
-    everything = iter(scored_records(model, tokenizer, [r for name in UTILITY_SETS for r in sets[name]], batch_size,
-                                     chat, bf16, flags, max_new_tokens))
     for name in UTILITY_SETS:
         recs = sets[name]
-        scored = [next(everything) for _ in recs]
-        c, w = _nlls(scored)
+        c, w = _nlls(scored[name])
         if name == "retain_perturbed":
-            es_retain, prob = _es_probability([x["answer"] for x in scored])
+            es_retain, prob = _es_probability([x["answer"] for x in scored[name]])
             results = {"probability": prob, "truth_ratio": truth_ratio_from_nll(c, w, "true_better")}
         else:  # no paraphrase: both numbers come from the same answer/perturbed NLLs
             results = {"probability": probability_with_options_from_nll(c, w),
                        "truth_ratio": truth_ratio_from_nll(c, w, "true_better")}
-        results["rouge"] = rouge_of([x["generation"] for x in scored], recs)
+        results["rouge"] = rouge_of([x["generation"] for x in scored[name]], recs)
         for metric, res in results.items():
             components[f"{name}/{metric}"] = res["value"]
             per_example[f"{name}/{metric}"] = res["per_example"]
@@ -533,7 +554,10 @@ def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], m
 def evaluate_forget(model: Any, tokenizer: Any, forget_records: Sequence[dict], max_new_tokens: int = 64,
                     batch_size: int = 16, chat: bool = True, bf16: bool = False) -> dict:
     """The forget-split half of :func:`evaluate`: ES, probability, truth ratio and ROUGE."""
-    scored = scored_records(model, tokenizer, forget_records, batch_size, chat, bf16, max_new_tokens=max_new_tokens)
+    return evaluate_halves(model, tokenizer, forget_records, None, max_new_tokens, batch_size, chat, bf16)[0]
+
+
+def _forget_numbers(scored: list[dict], forget_records: Sequence[dict]) -> dict:
     es, prob = _es_probability([x["answer"] for x in scored])
     tr = truth_ratio_from_nll(*_nlls(scored), "closer_to_1_better")
     rg = rouge_of([x["generation"] for x in scored], forget_records)
@@ -566,9 +590,8 @@ def evaluate(model: Any, tokenizer: Any, forget_records: Sequence[dict], utility
         A flat summary (``es``, ``es_retain``, ``model_utility``, ``forget_probability``,
         ``forget_rouge``, ``forget_truth_ratio`` and the nine utility components) plus ``per_example``.
     """
-    kw = dict(batch_size=batch_size, chat=chat, bf16=bf16)
-    return combine(evaluate_forget(model, tokenizer, forget_records, max_new_tokens, **kw),
-                   model_utility(model, tokenizer, utility_sets, max_new_tokens, **kw))
+    return combine(*evaluate_halves(model, tokenizer, forget_records, utility_sets, max_new_tokens, batch_size,
+                                    chat, bf16))
 
 
 def evaluate_metric_by_metric(model: Any, tokenizer: Any, forget_records: Sequence[dict], utility_sets: dict,
@@ -646,10 +669,17 @@ def evaluate_model_cached(model_id: str, data_source: str, forget_split: str, li
                 "max_new_tokens": max_new_tokens, "batch_size": batch_size, "device": device, "dtype": str(dtype)}
     forget_records = data.load_split(data_source, f"{forget_split}_perturbed", limit)
     sets = data.load_utility_sets(data_source, limit)
-    forget = cache.cached_json(
-        "evaluation_forget", {**settings, "data": cache.records_digest(forget_records)}, {"model": model_id},
-        lambda: evaluate_forget(*model_and_tokenizer(), forget_records, max_new_tokens, batch_size))
-    utility = cache.cached_json(
-        "model_utility", {**settings, "data": cache.records_digest([sets[k] for k in UTILITY_SETS])},
-        {"model": model_id}, lambda: model_utility(*model_and_tokenizer(), sets, max_new_tokens, batch_size))
-    return combine(forget, utility)
+    utility_key = ("model_utility", {**settings, "data": cache.records_digest([sets[k] for k in UTILITY_SETS])},
+                   {"model": model_id})
+    halves: list = []
+
+    def computed(half: int) -> dict:  # on the first miss, both missing halves from one pass
+        if not halves:
+            with_utility = half == 1 or not cache.json_file(*utility_key).is_file()
+            halves.extend(evaluate_halves(*model_and_tokenizer(), forget_records if half == 0 else None,
+                                          sets if with_utility else None, max_new_tokens, batch_size))
+        return halves[half]
+
+    forget = cache.cached_json("evaluation_forget", {**settings, "data": cache.records_digest(forget_records)},
+                               {"model": model_id}, lambda: computed(0))
+    return combine(forget, cache.cached_json(*utility_key, lambda: computed(1)))
