@@ -59,13 +59,6 @@ STEPS_FILE = "optimizer_steps.json"
 # An attack of fewer optimizer steps is flagged: with warmup over the whole attack (the reference
 # schedule) its first step applies lr 0 and most of the others a fraction of the configured peak.
 FEW_STEPS = 5
-# The paper marks an attack as not effective when it recovers nothing from any model.
-NOT_EFFECTIVE_BELOW = 0.10
-
-
-def attack_effective(delta_es: Sequence[float], threshold: float = NOT_EFFECTIVE_BELOW) -> bool:
-    """False when every ΔES of an attack (one per model) is under ``threshold``."""
-    return any(d >= threshold for d in delta_es)
 
 
 @dataclass(frozen=True)

@@ -237,9 +237,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--lam", type=_number, default=DEFAULT_LAM,
                     help="frp: weight of the |W| rank (default 0.05, the authors' released value; their flag "
                          "--beta is this lambda)")
-    pr.add_argument("--variant", default=None, choices=[*FRP_VARIANTS, "paper", *FRP_ABLATION_RULES, *SP_VARIANTS],
-                    help="frp: released (the authors' rank_combo, default) or eq6 (Eq. 6 as printed; 'paper' is its "
-                         "old name) or an ablation rule; sp: released (the authors' baseline, up_proj output, default) "
+    pr.add_argument("--variant", default=None, choices=[*FRP_VARIANTS, *FRP_ABLATION_RULES, *SP_VARIANTS],
+                    help="frp: released (the authors' rank_combo, default) or eq6 (Eq. 6 as printed) or an "
+                         "ablation rule; sp: released (the authors' baseline, up_proj output, default) "
                          "or down_in (down_proj input)")
     pr.add_argument("--veto", type=_veto_fraction, default=DEFAULT_VETO,
                     help="frp released: per-row fraction P by |W| x_r/x_f never pruned (the paper's beta; 0 is plain "

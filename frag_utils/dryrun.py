@@ -39,20 +39,6 @@ SIZES = {"train_limit": 16, "eval_limit": 3, "max_new_tokens": 6, "eval_batch_si
 ATTACKED = {"paper__method=gold": ("retain", "forget", "forget_retain"), "paper__method=npo": ("forget_retain",)}
 
 
-def standin_model(vocab_size: int, seed: int):
-    """A random Llama as narrow as the embedded ``tiny`` model but as deep as Llama-3.2-1B (16
-    blocks), so that the paper's layer settings (RMU's block 7) hold as written."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    from .models import TINY_CONFIG
-
-    config = LlamaConfig(vocab_size=vocab_size, **{**TINY_CONFIG, "num_hidden_layers": 16})
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return LlamaForCausalLM(config)
-
-
 def hub_standins(root: Path) -> dict[str, str]:
     """Write the stand-ins under ``root`` (once) and return ``{hub id: local folder}``."""
     from . import models
@@ -62,7 +48,8 @@ def hub_standins(root: Path) -> dict[str, str]:
     for hub_id, seed in HUB_MODELS.items():
         folder = root / "hub" / hub_id
         if not models.is_checkpoint(folder):
-            models.save_checkpoint(standin_model(len(tokenizer), seed), tokenizer, folder)
+            # as narrow as ``tiny``, as deep as Llama-3.2-1B (16 blocks): the paper's RMU block 7 holds as written
+            models.save_checkpoint(models.build_tiny_model(len(tokenizer), seed, blocks=16), tokenizer, folder)
         out[hub_id] = str(folder)
     data = root / "hub" / HUB_DATA
     if not data.is_dir():
@@ -108,7 +95,6 @@ def dry_run(root: str | os.PathLike, device: str = "cpu") -> list[dict]:
     """
     root = Path(root).resolve()
     root.mkdir(parents=True, exist_ok=True)
-    saved = {k: os.environ.get(k) for k in ("FRAG_RUNS_DIR", "FRAG_FIGURES_DIR", "FRAG_CACHE_DIR")}
     old_dirs = paths.RUNS_DIR, paths.FIGURES_DIR
     # its checkpoints in a cache of its own (a stand-in is not the paper's model), sharing only the
     # embedded model's converted copy
@@ -117,17 +103,11 @@ def dry_run(root: str | os.PathLike, device: str = "cpu") -> list[dict]:
     cache.mkdir(exist_ok=True)
     if not (cache / "models").exists():
         (cache / "models").symlink_to(models_dir, target_is_directory=True)
-    os.environ["FRAG_CACHE_DIR"] = str(cache)
-    os.environ["FRAG_RUNS_DIR"] = str(root / "papermill_runs")  # for the kernels
-    os.environ["FRAG_FIGURES_DIR"] = str(root / "figures")
     paths.RUNS_DIR, paths.FIGURES_DIR = root / "papermill_runs", root / "figures"  # for this process
-    try:
-        specs = plan(root, device)
-        return runs.run_grid(specs, universe=specs)
+    try:  # and for the kernels
+        with runs.environment(FRAG_CACHE_DIR=str(cache), FRAG_RUNS_DIR=str(root / "papermill_runs"),
+                              FRAG_FIGURES_DIR=str(root / "figures")):
+            specs = plan(root, device)
+            return runs.run_grid(specs, universe=specs)
     finally:
         paths.RUNS_DIR, paths.FIGURES_DIR = old_dirs
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v

@@ -381,14 +381,6 @@ def state_dict_of(model: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
-def iter_layers(result: FragResult) -> Iterator[dict]:
-    """Per-layer rows with the block index parsed from the module name, for tables and plots."""
-    for layer in result.per_layer:
-        parts = layer["module"].split(".")
-        block = next((int(p) for p in parts if p.isdigit()), -1)
-        yield {"block": block, **layer}
-
-
 def checkpoint_folder(name_or_path: str) -> Path:
     """The safetensors directory of a checkpoint: a local directory, an embedded name, or a hub id."""
     from . import models

@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -135,22 +135,22 @@ def score_and_generate(model: Any, tokenizer: Any, groups: Sequence[tuple[str, S
     for chunk in batches(order, math.ceil(len(order) / max(1, math.ceil(len(order) / per_pass)))):  # even passes
         cache, mask, last = _prefill(model, [prompts[i] for i in chunk], batch_size, tokenizer.pad_token_id,
                                      device, bf16)
-        positions = mask.sum(1, keepdim=True) - 1  # [B, 1]: each prompt's last position
+        position = mask.sum(1, keepdim=True) - 1  # [B, 1]: each prompt's last position
+        first_logp = torch.log_softmax(last, dim=-1)  # [B, V]: each answer's first token
         rows = [(j, encode_qa(tokenizer, groups[i][0], a, chat)["input_ids"][len(prompts[i]):])  # answer + end
                 for j, i in enumerate(chunk) for a in groups[i][1]]
         scored: list[AnswerStats | None] = [None] * len(rows)
         by_length = sorted(range(len(rows)), key=lambda r: len(rows[r][1]))  # answers of similar length together
         for sub in batches(by_length, 2 * batch_size):
-            for r, x in zip(sub, _score_answers(model, cache, mask, positions[:, 0] + 1,
-                                                [rows[r] for r in sub], torch.log_softmax(last, dim=-1),
-                                                tokenizer.pad_token_id, device, bf16)):
+            for r, x in zip(sub, _score_answers(model, cache, mask, position[:, 0] + 1, [rows[r] for r in sub],
+                                                first_logp, tokenizer.pad_token_id, device, bf16)):
                 scored[r] = x
         done = iter(scored)
         for i in chunk:
             stats[i] = [next(done) for _ in groups[i][1]]
         if max_new_tokens:
-            for i, row in zip(chunk, _greedy(model, cache, last.argmax(-1), mask, positions,
-                                             max_new_tokens, eot, device, bf16)):
+            for i, row in zip(chunk, _greedy(model, cache, last.argmax(-1), mask, position, max_new_tokens, eot,
+                                             device, bf16)):
                 generations[i] = tokenizer.decode(row, skip_special_tokens=True).strip()
     return stats, generations
 
@@ -434,10 +434,13 @@ def rouge_l_recall(prediction: str, reference: str) -> float:
 
 
 def rouge(model: Any, tokenizer: Any, records: Sequence[dict], max_new_tokens: int = 64,
-          batch_size: int = 16) -> dict:
-    """ROUGE-L recall of ``generate``'s greedy answers against the reference answers (the slow path's)."""
-    return rouge_of(generate_answers_by_generate(model, tokenizer, [r["question"] for r in records], max_new_tokens,
-                                                 batch_size), records)
+          batch_size: int = 16, chat: bool = True, bf16: bool = False,
+          generate: Callable[..., list[str]] | None = None) -> dict:
+    """ROUGE-L recall of greedy answers (``generate``, default :func:`generate_answers`) against
+    the reference answers."""
+    gens = (generate or generate_answers)(model, tokenizer, [r["question"] for r in records], max_new_tokens,
+                                          batch_size, chat, bf16)
+    return rouge_of(gens, records)
 
 
 def rouge_of(generations: Sequence[str], records: Sequence[dict]) -> dict:
@@ -499,8 +502,9 @@ def _nlls(scored: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
 def evaluate_halves(model: Any, tokenizer: Any, forget_records: Sequence[dict] | None, utility_sets: dict | None,
                     max_new_tokens: int = 64, batch_size: int = 16, chat: bool = True, bf16: bool = False
                     ) -> tuple[dict | None, dict | None]:
-    """:func:`evaluate_forget` and :func:`model_utility` from one pass over all their questions
-    (:func:`scored_records`: each prompt once, one greedy decoding for all); ``None`` skips a half."""
+    """The forget split's metrics (ES, probability, truth ratio, ROUGE) and :func:`model_utility`,
+    from one pass over all their questions (:func:`scored_records`: each prompt once, one greedy
+    decoding for all); ``None`` skips a half."""
     records, flags = list(forget_records or []), [True] * len(forget_records or [])
     if utility_sets is not None:
         missing = [s for s in UTILITY_SETS if s not in utility_sets]
@@ -551,12 +555,6 @@ def _utility_numbers(scored: dict[str, list[dict]], sets: dict[str, Sequence[dic
             "per_example": per_example, "es_retain": es_retain}
 
 
-def evaluate_forget(model: Any, tokenizer: Any, forget_records: Sequence[dict], max_new_tokens: int = 64,
-                    batch_size: int = 16, chat: bool = True, bf16: bool = False) -> dict:
-    """The forget-split half of :func:`evaluate`: ES, probability, truth ratio and ROUGE."""
-    return evaluate_halves(model, tokenizer, forget_records, None, max_new_tokens, batch_size, chat, bf16)[0]
-
-
 def _forget_numbers(scored: list[dict], forget_records: Sequence[dict]) -> dict:
     es, prob = _es_probability([x["answer"] for x in scored])
     tr = truth_ratio_from_nll(*_nlls(scored), "closer_to_1_better")
@@ -565,7 +563,7 @@ def _forget_numbers(scored: list[dict], forget_records: Sequence[dict]) -> dict:
 
 
 def combine(forget: dict, utility: dict) -> dict:
-    """:func:`evaluate`'s flat summary from :func:`evaluate_forget` and :func:`model_utility`."""
+    """:func:`evaluate`'s flat summary from its two halves (:func:`evaluate_halves`)."""
     summary = {"es": forget["es"]["value"], "model_utility": utility["model_utility"],
                **{k: forget[k]["value"] for k in ("forget_probability", "forget_rouge", "forget_truth_ratio")},
                **utility["components"], "es_retain": utility["es_retain"]["value"]}
@@ -600,20 +598,21 @@ def evaluate_metric_by_metric(model: Any, tokenizer: Any, forget_records: Sequen
     answer scored behind its own prompt, answers scored again by every metric that needs them (the
     evaluation before grouped scoring), greedy answers from the model's ``generate``."""
     kw = dict(batch_size=batch_size)
+    gen = dict(batch_size=batch_size, generate=generate_answers_by_generate)
     retain = utility_sets["retain_perturbed"]
     out = {"es": extraction_strength(model, tokenizer, forget_records, **kw)["value"],
            "forget_probability": probability(model, tokenizer, forget_records, **kw)["value"],
            "forget_truth_ratio": truth_ratio(model, tokenizer, forget_records, "closer_to_1_better", **kw)["value"],
-           "forget_rouge": rouge(model, tokenizer, forget_records, max_new_tokens, **kw)["value"],
+           "forget_rouge": rouge(model, tokenizer, forget_records, max_new_tokens, **gen)["value"],
            "es_retain": extraction_strength(model, tokenizer, retain, **kw)["value"]}
     components = {"retain_perturbed/probability": probability(model, tokenizer, retain, **kw)["value"],
                   "retain_perturbed/truth_ratio": truth_ratio(model, tokenizer, retain, "true_better", **kw)["value"],
-                  "retain_perturbed/rouge": rouge(model, tokenizer, retain, max_new_tokens, **kw)["value"]}
+                  "retain_perturbed/rouge": rouge(model, tokenizer, retain, max_new_tokens, **gen)["value"]}
     for name in UTILITY_SETS[1:]:
         c, w = correct_and_wrong_nll(model, tokenizer, utility_sets[name], correct_key="answer", **kw)
         components[f"{name}/probability"] = probability_with_options_from_nll(c, w)["value"]
         components[f"{name}/truth_ratio"] = truth_ratio_from_nll(c, w, "true_better")["value"]
-        components[f"{name}/rouge"] = rouge(model, tokenizer, utility_sets[name], max_new_tokens, **kw)["value"]
+        components[f"{name}/rouge"] = rouge(model, tokenizer, utility_sets[name], max_new_tokens, **gen)["value"]
     return {**out, **components, "model_utility": harmonic_mean(list(components.values()))}
 
 

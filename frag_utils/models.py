@@ -140,16 +140,12 @@ def _with_pad_token(tokenizer: Any) -> Any:
     return tokenizer
 
 
-def build_tiny_model(vocab_size: int, seed: int = 0) -> "LlamaForCausalLM":  # noqa: F821
-    """A seeded, randomly initialised small Llama (2 blocks, width 64).
-
-    Args:
-        vocab_size: size of the tokenizer's vocabulary.
-        seed: initialisation seed; the same seed gives the same weights.
-    """
+def build_tiny_model(vocab_size: int, seed: int = 0, blocks: int | None = None) -> "LlamaForCausalLM":  # noqa: F821
+    """A seeded, randomly initialised small Llama (width 64, 2 blocks unless ``blocks``); the same
+    seed gives the same weights."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    config = LlamaConfig(vocab_size=vocab_size, **TINY_CONFIG)
+    config = LlamaConfig(vocab_size=vocab_size, **{**TINY_CONFIG, **({"num_hidden_layers": blocks} if blocks else {})})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = LlamaForCausalLM(config)

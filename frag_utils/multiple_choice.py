@@ -26,7 +26,6 @@ import yaml
 from . import data
 
 TASKS_DIR = Path(__file__).resolve().parent / "lm_eval_tasks"
-CHANCE = 0.25
 UTILITY_SETS = ("real_authors", "world_facts")
 
 

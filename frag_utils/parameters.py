@@ -138,8 +138,8 @@ APPLIES = {
         # SP as released calibrates on its own 500 sequences
         "prune_n_calib": lambda p: p.get("method") == "frp" or (p.get("method") == "sp"
                                                                  and p.get("sp_variant") != "released"),
-        "frp_variant": _methods("frp"), "frp_lam": _frp("released", "eq6", "paper"),
-        "frp_veto": _frp("released"), "frp_beta": _frp("eq6", "paper"),
+        "frp_variant": _methods("frp"), "frp_lam": _frp("released", "eq6"),
+        "frp_veto": _frp("released"), "frp_beta": _frp("eq6"),
         "sp_variant": _methods("sp"), "match_l2_run": _methods("sp", "noise"), "noise_scale": _methods("noise"),
         **{k: _methods(*_GRADIENT) for k in ("lr", "epochs", "batch_size", "grad_accum", "warmup_epochs", "bf16")},
         "npo_beta": _methods("npo"),

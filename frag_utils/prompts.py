@@ -108,11 +108,6 @@ def encode_qa(tokenizer: Any, question: str, answer: str, chat: bool = True) -> 
     return {"input_ids": p + a, "labels": [IGNORE] * len(p) + a, "prompt_len": len(p)}
 
 
-def encode_text(tokenizer: Any, question: str, answer: str, chat: bool, max_len: int) -> list[int]:
-    """Token ids of a whole question+answer as calibration text, cut to ``max_len``."""
-    return encode_qa(tokenizer, question, answer, chat)["input_ids"][:max_len]
-
-
 def collate(examples: Sequence[dict], pad_id: int, side: str = "right") -> dict[str, torch.Tensor]:
     """Pad encoded examples into a batch.
 

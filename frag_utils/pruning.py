@@ -16,7 +16,7 @@ FRP, per target module ``W [d_out, d_in]`` and output row ``i``, zeroes the top
 * ``eq6``: the paper's Eq. 6 as printed, ``rank(F) - beta * rank(R) + lam * rank(|W|)`` with
   ``F = |W| x^f/(x^r+eps)``, ``R = |W| x^r/(x^f+eps)`` (float64; an ablation, not what produced
   the paper's numbers). With ``lam = 0`` and ``beta`` small its ranking is nearly the channel
-  ratio alone. Records written before 2026-11-25 call it ``paper``, accepted as an alias.
+  ratio alone.
 
 Ties. Ranks break ties by position (a stable sort) and the top-k takes, among equal scores at
 the budget's edge, the lowest positions. The authors' code uses torch's default (unstable)
@@ -68,7 +68,6 @@ from .frag import EPS, importance
 DEFAULT_LAM = 0.05  # the authors' released lambda (their --beta), weight of the |W| rank
 DEFAULT_VETO = 0.0  # the paper's beta as a veto fraction P: 0 for plain FRP (0.15: the 1B "beta = 0.15" row)
 FRP_VARIANTS = ("released", "eq6")
-VARIANT_ALIASES = {"paper": "eq6"}  # the name records written before 2026-11-25 give Eq. 6
 # The scoring rules of the paper's FRP ablation (appendix B.3), each pruning the per-row top of
 # its score: |W| only (magnitude pruning), |W| x^f, and |W| x^f / x^r (= F alone, no retain term).
 FRP_ABLATION_RULES = ("magnitude", "magnitude_xf", "magnitude_ratio")
@@ -93,9 +92,7 @@ def row_ranks(x: torch.Tensor) -> torch.Tensor:
     return ranks
 
 
-def canonical_variant(variant: str) -> str:
-    """The FRP variant's current name (``paper`` is the old name of ``eq6``)."""
-    variant = VARIANT_ALIASES.get(variant, variant)
+def _check_frp_variant(variant: str) -> str:
     if variant not in FRP_VARIANTS + FRP_ABLATION_RULES:
         raise PruningError(f"Unknown FRP variant {variant!r}; choose one of {FRP_VARIANTS + FRP_ABLATION_RULES}.")
     return variant
@@ -111,7 +108,7 @@ def frp_scores(w: torch.Tensor, xf: torch.Tensor, xr: torch.Tensor, beta: float,
     Returns:
         ``(S, veto_score)``; ``veto_score`` is ``|W| x^r / (x^f + eps)`` for ``released``, else None.
     """
-    variant = canonical_variant(variant)
+    variant = _check_frp_variant(variant)
     if variant == "released":  # float32 throughout, as rank_combo computes it
         a = w.detach().float().abs()
         xf32, xr32 = xf.float().to(a.device), xr.float().to(a.device)
@@ -171,7 +168,7 @@ def frp_prune(modules: dict[str, nn.Linear], xf: dict[str, torch.Tensor], xr: di
         raise PruningError(f"rho must be in (0, 1), got {rho}")
     if not 0 <= veto < 1:
         raise PruningError(f"veto must be in [0, 1), got {veto}")
-    variant = canonical_variant(variant)
+    variant = _check_frp_variant(variant)
     if veto and variant != "released":
         raise PruningError(f"veto is the released variant's retain veto (the paper's beta as P); variant "
                            f"{variant!r} has none: set veto to 0.")
@@ -575,8 +572,6 @@ def prune_checkpoint(model_id: str, out: str | Path, data_source: str = "synthet
         raise PruningError(f"Unknown pruning method {method!r}; choose 'frp' or 'sp'.")
     allowed = FRP_VARIANTS + FRP_ABLATION_RULES if method == "frp" else SP_VARIANTS
     variant = variant or allowed[0]
-    if method == "frp":
-        variant = VARIANT_ALIASES.get(variant, variant)
     if variant not in allowed:
         raise PruningError(f"Variant {variant!r} does not belong to method '{method}'; choose one of {list(allowed)}.")
     if target_l2 is not None and method != "sp":

@@ -9,8 +9,8 @@ resumable grids of such runs, reruns that print their drift against the record.
   equal at its default); complete runs are skipped, anything else is (re)done, written to a
   temporary file and renamed at the end.
 * A recorded run whose checkpoint a run needs and the cache lacks (a fresh machine, edited code)
-  is remade into the cache, and its drift against the record printed; the record stays.
-* A checkpoint half-written by a killed run is deleted before it reruns (:func:`drop_torn_checkpoints`).
+  is remade into the cache, and its drift against the record printed; the record stays. A
+  checkpoint half-written by a killed run is deleted before it reruns (:func:`drop_torn_checkpoints`).
 """
 from __future__ import annotations
 
@@ -28,8 +28,7 @@ from .parameters import RunError
 from .progress import progress
 
 KERNEL = "frag"
-# Notebooks that only collect other runs' records: redone on every grid run, since a complete
-# record of theirs says nothing about whether the runs they collect have changed since.
+# Notebooks that only collect other runs' records: redone when what they read changed (collector_inputs)
 COLLECTORS = ("09_figures",)
 
 
@@ -177,25 +176,18 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, record_to:
     dirty = {True: "1", False: "0"}.get(start_git["dirty"], "?")
     env = {"FRAG_PROGRESS": "0", RUN_COMMIT_ENV: f"{start_git['commit'] or ''}:{dirty}",  # the kernel inherits these
            **({paths.RECORD_TO_ENV: str(out_dir)} if record_to else {})}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     numerics.pin_threads()
     drop_torn_checkpoints(spec)
     start = time.time()
-    try:
-        # the kernel's own log stays at errors: ipykernel 7 warns at every start that its local TCP
-        # sockets are unencrypted, a line per run in the runner's output that says nothing about it
-        papermill.execute_notebook(str(spec.notebook), str(tmp), parameters=spec.params, kernel_name=kernel,
-                                   cwd=str(paths.NOTEBOOKS_DIR), progress_bar=False, log_output=False,
-                                   extra_arguments=["--IPKernelApp.log_level=ERROR"])
+    try:  # after it, this process's own records name their own commit again
+        with environment(**env):
+            # the kernel's own log stays at errors: ipykernel 7 warns at every start that its local TCP
+            # sockets are unencrypted, a line per run in the runner's output that says nothing about it
+            papermill.execute_notebook(str(spec.notebook), str(tmp), parameters=spec.params, kernel_name=kernel,
+                                       cwd=str(paths.NOTEBOOKS_DIR), progress_bar=False, log_output=False,
+                                       extra_arguments=["--IPKernelApp.log_level=ERROR"])
     except Exception as err:  # not a kill (KeyboardInterrupt): a later run resumes from what it left
         raise _failed(spec, tmp, had_record, err, record_to is not None) from err
-    finally:  # this process's own records name their own commit again
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
     os.replace(tmp, out_dir / spec.notebook.name)
     paths.make_portable(out_dir)
     if record_to is None:
@@ -203,6 +195,19 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, record_to:
     if collector:
         (out_dir / INPUTS_FILE).write_text(inputs + "\n")
     return {"run": f"{spec.notebook.stem}/{spec.name}", "status": "done", "seconds": round(time.time() - start, 1)}
+
+
+@contextlib.contextmanager
+def environment(**env: str):
+    """``env`` set in this process (and so in the kernels it starts) for the duration of a block."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.update({k: v for k, v in saved.items() if v is not None})
+        for k in (k for k, v in saved.items() if v is None):
+            os.environ.pop(k, None)
 
 
 # A collector's inputs when it last ran. A collector is rerun only when they changed, so that
@@ -486,15 +491,10 @@ def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
     if workdir and Path(workdir).exists() and any(Path(workdir).iterdir()):
         raise RunError(f"--workdir {workdir} is not empty: verify remakes into an empty cache; name a new folder.")
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="frag-verify-"))
-    before = os.environ.get("FRAG_CACHE_DIR")
-    os.environ["FRAG_CACHE_DIR"] = str(root)  # this process and the kernels it starts
     try:
-        log: list[dict] = []
-        return [{"run": f"{s.notebook.stem}/{s.name}", **remake(s, log, "make verify")} for s in chain]
+        with environment(FRAG_CACHE_DIR=str(root)):  # this process and the kernels it starts
+            log: list[dict] = []
+            return [{"run": f"{s.notebook.stem}/{s.name}", **remake(s, log, "make verify")} for s in chain]
     finally:
-        if before is None:
-            os.environ.pop("FRAG_CACHE_DIR", None)
-        else:
-            os.environ["FRAG_CACHE_DIR"] = before
         if not workdir:
             shutil.rmtree(root, ignore_errors=True)

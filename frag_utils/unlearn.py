@@ -412,38 +412,6 @@ class Objective:
             loss = loss + cfg.rmu_alpha * terms["retain_mse"]
         return loss
 
-    def forget_objective(self, terms: dict[str, float | torch.Tensor]) -> float:
-        """The forget term as minimised (``-NLL`` for GA/GradDiff, the NPO or MSE term otherwise)."""
-        name, sign = FORGET_TERM[self.method]
-        return float(sign * terms[name])
-
-
-@torch.no_grad()
-def evaluate_objective(objective: Objective, model: nn.Module, dataset: PairedDataset, pad_id: int,
-                       batch_size: int = 8) -> dict[str, float]:
-    """Each term and the loss averaged over ``dataset`` (its current pairing), in eval mode.
-
-    Batch means are weighted by batch size. Used to check that a run lowered its objective.
-    """
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    sums: dict[str, float] = {}
-    try:
-        for chunk in batches(list(range(len(dataset))), batch_size):
-            batch = _to_device(collate_pairs([dataset[i] for i in chunk], pad_id), device)
-            terms = objective.terms(model, batch)
-            terms["loss"] = objective.loss(terms)
-            for k, v in terms.items():
-                sums[k] = sums.get(k, 0.0) + float(v) * len(chunk)
-    finally:
-        model.train(was_training)
-    return {k: v / len(dataset) for k, v in sums.items()}
-
-
-def _to_device(batch: dict, device: torch.device) -> dict:
-    return {k: _to_device(v, device) if isinstance(v, dict) else v.to(device) for k, v in batch.items()}
-
 
 # ---- trainer ------------------------------------------------------------------------------
 

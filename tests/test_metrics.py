@@ -224,6 +224,19 @@ def test_greedy_answers_equal_those_of_generate(tokenizer, partly_trained):
         metrics.generate_answers_by_generate(partly_trained, tokenizer, tiny_questions, 12, 8)
 
 
+def test_rouge_of_a_base_model_without_the_chat_template(partly_trained, tokenizer):
+    """MUSE's retain-ROUGE as docs/methods.md calls it (``chat=False``): the plain-prompt greedy
+    answers, equal to ``generate``'s from the same plain prompts."""
+    recs = data.load_split("synthetic", "forget10", 6)
+    plain = metrics.rouge(partly_trained, tokenizer, recs, 8, chat=False)
+    slow = metrics.generate_answers_by_generate(partly_trained, tokenizer, [r["question"] for r in recs], 8, chat=False)
+    assert plain["generations"] == slow
+    chat = metrics.rouge(partly_trained, tokenizer, recs, 8)["generations"]
+    assert plain["generations"] != chat  # the template matters
+    by_hand = [metrics.rouge_l_recall(g, r["answer"]) for g, r in zip(slow, recs)]
+    assert plain["value"] == pytest.approx(np.mean(by_hand))
+
+
 def test_generation_refuses_a_config_that_is_not_plain_greedy(tiny, tokenizer):
     tiny.generation_config.repetition_penalty = 1.3
     with pytest.raises(ValueError, match="repetition_penalty"):

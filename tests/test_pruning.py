@@ -107,7 +107,8 @@ def test_defaults_are_the_authors_released_frp():
             sig.parameters["rho"].default) == ("released", 0.05, 0.0, 0.03)
     sig = inspect.signature(pruning.prune_checkpoint)
     assert (sig.parameters["lam"].default, sig.parameters["veto"].default) == (0.05, 0.0)
-    assert pruning.canonical_variant("paper") == "eq6"
+    with pytest.raises(pruning.PruningError, match="Unknown FRP variant 'paper'"):  # Eq. 6's old name
+        pruning.frp_prune({}, {}, {}, variant="paper")
 
 
 # --- the authors' rank_combo, computed independently -------------------------------------------
@@ -228,7 +229,7 @@ def frp_by_hand(w, xf, xr, rho, beta, lam, variant="eq6", veto=0.0, eps=1e-6):
     rank = lambda v: np.argsort(np.argsort(v, axis=1, kind="stable"), axis=1, kind="stable")  # noqa: E731
     f, r = a * (xf / (xr + eps)), a * (xr / (xf + eps))
     vetoed = np.zeros(w.shape, dtype=bool)
-    if variant in ("eq6", "paper"):
+    if variant == "eq6":
         s = rank(f) - beta * rank(r) + lam * rank(a)
     else:
         s = rank(np.broadcast_to(xf / (xr + eps), w.shape)) + lam * rank(a)
@@ -262,7 +263,7 @@ def tiny_norms(tokenizer):
     return model, xf, xr
 
 
-@pytest.mark.parametrize("variant,rho,lam,veto", [("eq6", 0.03, 0.0, 0.0), ("paper", 0.1, 0.5, 0.0),
+@pytest.mark.parametrize("variant,rho,lam,veto", [("eq6", 0.03, 0.0, 0.0), ("eq6", 0.1, 0.5, 0.0),
                                                   ("released", 0.1, 0.0, 0.3), ("released", 0.05, 0.2, 0.05)])
 def test_frp_on_tiny_model_is_the_top_of_s_per_row(tiny_norms, variant, rho, lam, veto):
     model, xf, xr = tiny_norms
