@@ -179,6 +179,7 @@ def _prefill(model: Any, prompts: Sequence[list[int]], batch_size: int, pad: int
         pad = [0, 0] * (x.dim() - 1 - dim) + [width - x.shape[dim], 0]
         return torch.nn.functional.pad(x, pad)
 
+    # every layer a full-attention one (Llama, SmolLM2); a sliding-window model would need the config's layer types
     layers = [(torch.cat([left(p[i][0], 2) for p in parts]), torch.cat([left(p[i][1], 2) for p in parts]))
               for i in range(len(parts[0]))]
     return DynamicCache(ddp_cache_data=layers), torch.cat([left(m, 1) for m in masks]), torch.cat(lasts)
@@ -503,21 +504,24 @@ def evaluate_halves(model: Any, tokenizer: Any, forget_records: Sequence[dict] |
                     max_new_tokens: int = 64, batch_size: int = 16, chat: bool = True, bf16: bool = False
                     ) -> tuple[dict | None, dict | None]:
     """The forget split's metrics (ES, probability, truth ratio, ROUGE) and :func:`model_utility`,
-    from one pass over all their questions (:func:`scored_records`: each prompt once, one greedy
-    decoding for all); ``None`` skips a half."""
-    records, flags = list(forget_records or []), [True] * len(forget_records or [])
+    each from one pass over its questions (:func:`scored_records`); ``None`` skips a half. Each
+    half is batched apart, so that its numbers depend on its own records only (it is cached alone)."""
+    if forget_records is not None and len(forget_records) == 0:
+        raise ValueError("No records to score: the forget split is empty.")
+    forget = utility = None
+    if forget_records is not None:
+        forget = _forget_numbers(scored_records(model, tokenizer, forget_records, batch_size, chat, bf16,
+                                                max_new_tokens=max_new_tokens), forget_records)
     if utility_sets is not None:
         missing = [s for s in UTILITY_SETS if s not in utility_sets]
         if missing:
             raise ValueError(f"Model Utility needs the sets {list(UTILITY_SETS)}; missing {missing}.")
-        for name in UTILITY_SETS:  # the truth ratio's correct answer: the paraphrase on the retain set only
-            records += utility_sets[name]
-            flags += [name == "retain_perturbed"] * len(utility_sets[name])
-    scored = iter(scored_records(model, tokenizer, records, batch_size, chat, bf16, flags, max_new_tokens))
-    forget = None if forget_records is None else _forget_numbers([next(scored) for _ in forget_records],
-                                                                  forget_records)
-    utility = None if utility_sets is None else _utility_numbers(
-        {name: [next(scored) for _ in utility_sets[name]] for name in UTILITY_SETS}, utility_sets)
+        records = [r for name in UTILITY_SETS for r in utility_sets[name]]
+        # the truth ratio's correct answer: the paraphrase on the retain set only
+        flags = [name == "retain_perturbed" for name in UTILITY_SETS for _ in utility_sets[name]]
+        scored = iter(scored_records(model, tokenizer, records, batch_size, chat, bf16, flags, max_new_tokens))
+        utility = _utility_numbers({name: [next(scored) for _ in utility_sets[name]] for name in UTILITY_SETS},
+                                   utility_sets)
     return forget, utility
 
 
@@ -672,11 +676,13 @@ def evaluate_model_cached(model_id: str, data_source: str, forget_split: str, li
                    {"model": model_id})
     halves: list = []
 
-    def computed(half: int) -> dict:  # on the first miss, both missing halves from one pass
+    def computed(half: int) -> dict:  # on the first miss, both missing halves in one go
         if not halves:
             with_utility = half == 1 or not cache.json_file(*utility_key).is_file()
             halves.extend(evaluate_halves(*model_and_tokenizer(), forget_records if half == 0 else None,
                                           sets if with_utility else None, max_new_tokens, batch_size))
+        if halves[half] is None:  # Model Utility was cached when the forget half was computed, and is gone
+            halves[half] = evaluate_halves(*model_and_tokenizer(), None, sets, max_new_tokens, batch_size)[1]
         return halves[half]
 
     forget = cache.cached_json("evaluation_forget", {**settings, "data": cache.records_digest(forget_records)},

@@ -153,7 +153,7 @@ def test_cached_evaluation_is_reused_only_for_the_same_model_data_and_settings(t
     kw = dict(data_source="synthetic", forget_split="forget10", limit=2, max_new_tokens=4, batch_size=4)
     first = metrics.evaluate_model_cached(str(folder), **kw)
     again = metrics.evaluate_model_cached(str(folder), **kw)
-    assert calls == {"forget": 1, "utility": 1, "passes": 1} and again == first  # both halves in one pass
+    assert calls == {"forget": 1, "utility": 1, "passes": 1} and again == first  # both halves in one call
     assert again == direct  # the same numbers as evaluating it here, the per-example lists too
     metrics.evaluate_model_cached(str(folder), **{**kw, "forget_split": "forget05"})
     assert calls == {"forget": 2, "utility": 1, "passes": 2}  # Model Utility does not depend on the split
@@ -222,6 +222,22 @@ def test_greedy_answers_equal_those_of_generate(tokenizer, partly_trained):
     tiny_questions = questions[:8]
     assert metrics.generate_answers(partly_trained, tokenizer, tiny_questions, 12, batch_size=8) == \
         metrics.generate_answers_by_generate(partly_trained, tokenizer, tiny_questions, 12, 8)
+
+
+def test_several_passes_give_what_one_pass_gives_in_the_input_order(partly_trained, tokenizer):
+    """Questions taken 3 per pass (sorted by prompt length, so passes mix the input order), against
+    all in one pass: the same statistics and greedy answers for every question, in input order."""
+    records = (data.load_split("synthetic", "retain_perturbed", 5)
+               + data.load_split("synthetic", "world_facts_perturbed", 4))
+    groups = [(r["question"], [r["answer"], *r["perturbed_answer"][:2]]) for r in records]
+    assert len({len(prompts.prompt_ids(tokenizer, q)) for q, _ in groups}) > 3  # lengths differ: sorting reorders
+    one = metrics.score_and_generate(partly_trained, tokenizer, groups, 6, batch_size=4)
+    three = metrics.score_and_generate(partly_trained, tokenizer, groups, 6, batch_size=2, questions_per_pass=3)
+    assert three[1] == one[1] and len(one[1]) == len(groups)
+    for a, b, (_, answers) in zip(one[0], three[0], groups):
+        assert len(a) == len(b) == len(answers)
+        for x, y in zip(a, b):
+            assert torch.equal(x.hits, y.hits) and torch.allclose(x.logprobs, y.logprobs, atol=1e-5)
 
 
 def test_rouge_of_a_base_model_without_the_chat_template(partly_trained, tokenizer):
