@@ -132,16 +132,11 @@ def checkpoint(folder: str | Path, kind: str, settings: dict, models: dict[str, 
     return {**record, "reused": False}
 
 
-def json_file(kind: str, settings: dict, models: dict[str, str]) -> Path:
-    """Where :func:`cached_json` keeps what it computes for these arguments."""
-    return paths.cache_dir() / kind / f"{key(kind, settings, models)[:24]}.json"
-
-
 def cached_json(kind: str, settings: dict, models: dict[str, str], compute: Callable[[], Any]) -> Any:
     """``compute()``, kept in ``<cache>/<kind>/<key>.json`` and read back while the key holds."""
     from .records import atomic_write_text
 
-    file = json_file(kind, settings, models)
+    file = paths.cache_dir() / kind / f"{key(kind, settings, models)[:24]}.json"
     if file.is_file():
         return json.loads(file.read_text())
     value = compute()

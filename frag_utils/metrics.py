@@ -500,34 +500,10 @@ def _nlls(scored: Sequence[dict]) -> tuple[np.ndarray, np.ndarray]:
             np.array([[w.avg_nll for w in x["perturbed"]] for x in scored]).reshape(len(scored), n_wrong.pop()))
 
 
-def evaluate_halves(model: Any, tokenizer: Any, forget_records: Sequence[dict] | None, utility_sets: dict | None,
-                    max_new_tokens: int = 64, batch_size: int = 16, chat: bool = True, bf16: bool = False
-                    ) -> tuple[dict | None, dict | None]:
-    """The forget split's metrics (ES, probability, truth ratio, ROUGE) and :func:`model_utility`,
-    each from one pass over its questions (:func:`scored_records`); ``None`` skips a half. Each
-    half is batched apart, so that its numbers depend on its own records only (it is cached alone)."""
-    if forget_records is not None and len(forget_records) == 0:
-        raise ValueError("No records to score: the forget split is empty.")
-    forget = utility = None
-    if forget_records is not None:
-        forget = _forget_numbers(scored_records(model, tokenizer, forget_records, batch_size, chat, bf16,
-                                                max_new_tokens=max_new_tokens), forget_records)
-    if utility_sets is not None:
-        missing = [s for s in UTILITY_SETS if s not in utility_sets]
-        if missing:
-            raise ValueError(f"Model Utility needs the sets {list(UTILITY_SETS)}; missing {missing}.")
-        records = [r for name in UTILITY_SETS for r in utility_sets[name]]
-        # the truth ratio's correct answer: the paraphrase on the retain set only
-        flags = [name == "retain_perturbed" for name in UTILITY_SETS for _ in utility_sets[name]]
-        scored = iter(scored_records(model, tokenizer, records, batch_size, chat, bf16, flags, max_new_tokens))
-        utility = _utility_numbers({name: [next(scored) for _ in utility_sets[name]] for name in UTILITY_SETS},
-                                   utility_sets)
-    return forget, utility
-
-
 def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], max_new_tokens: int = 64,
                   batch_size: int = 16, chat: bool = True, bf16: bool = False) -> dict:
-    """Model Utility and the nine numbers it is the harmonic mean of.
+    """Model Utility and the nine numbers it is the harmonic mean of, from one pass over the three
+    sets' questions (:func:`scored_records`: each prompt once, for its scored and its greedy answers).
 
     Args:
         sets: ``retain_perturbed``, ``real_authors_perturbed`` and ``world_facts_perturbed`` records.
@@ -536,21 +512,25 @@ def model_utility(model: Any, tokenizer: Any, sets: dict[str, Sequence[dict]], m
         "es_retain": {...}}``; ``per_example`` also holds each set's greedy answers under
         ``"<set>/generations"``; ``es_retain`` is ES on the retain set, from the same pass.
     """
-    return evaluate_halves(model, tokenizer, None, sets, max_new_tokens, batch_size, chat, bf16)[1]
-
-
-def _utility_numbers(scored: dict[str, list[dict]], sets: dict[str, Sequence[dict]]) -> dict:
+    missing = [s for s in UTILITY_SETS if s not in sets]
+    if missing:
+        raise ValueError(f"Model Utility needs the sets {list(UTILITY_SETS)}; missing {missing}.")
+    # the truth ratio's correct answer: the paraphrase on the retain set only
+    flags = [name == "retain_perturbed" for name in UTILITY_SETS for _ in sets[name]]
+    everything = iter(scored_records(model, tokenizer, [r for name in UTILITY_SETS for r in sets[name]], batch_size,
+                                     chat, bf16, flags, max_new_tokens))
     components, per_example = {}, {}
     for name in UTILITY_SETS:
         recs = sets[name]
-        c, w = _nlls(scored[name])
+        scored = [next(everything) for _ in recs]
+        c, w = _nlls(scored)
         if name == "retain_perturbed":
-            es_retain, prob = _es_probability([x["answer"] for x in scored[name]])
+            es_retain, prob = _es_probability([x["answer"] for x in scored])
             results = {"probability": prob, "truth_ratio": truth_ratio_from_nll(c, w, "true_better")}
         else:  # no paraphrase: both numbers come from the same answer/perturbed NLLs
             results = {"probability": probability_with_options_from_nll(c, w),
                        "truth_ratio": truth_ratio_from_nll(c, w, "true_better")}
-        results["rouge"] = rouge_of([x["generation"] for x in scored[name]], recs)
+        results["rouge"] = rouge_of([x["generation"] for x in scored], recs)
         for metric, res in results.items():
             components[f"{name}/{metric}"] = res["value"]
             per_example[f"{name}/{metric}"] = res["per_example"]
@@ -559,7 +539,11 @@ def _utility_numbers(scored: dict[str, list[dict]], sets: dict[str, Sequence[dic
             "per_example": per_example, "es_retain": es_retain}
 
 
-def _forget_numbers(scored: list[dict], forget_records: Sequence[dict]) -> dict:
+def evaluate_forget(model: Any, tokenizer: Any, forget_records: Sequence[dict], max_new_tokens: int = 64,
+                    batch_size: int = 16, chat: bool = True, bf16: bool = False) -> dict:
+    """The forget-split half of :func:`evaluate`: ES, probability, truth ratio and ROUGE, from one
+    pass over its questions (:func:`scored_records`)."""
+    scored = scored_records(model, tokenizer, forget_records, batch_size, chat, bf16, max_new_tokens=max_new_tokens)
     es, prob = _es_probability([x["answer"] for x in scored])
     tr = truth_ratio_from_nll(*_nlls(scored), "closer_to_1_better")
     rg = rouge_of([x["generation"] for x in scored], forget_records)
@@ -567,7 +551,7 @@ def _forget_numbers(scored: list[dict], forget_records: Sequence[dict]) -> dict:
 
 
 def combine(forget: dict, utility: dict) -> dict:
-    """:func:`evaluate`'s flat summary from its two halves (:func:`evaluate_halves`)."""
+    """:func:`evaluate`'s flat summary from :func:`evaluate_forget` and :func:`model_utility`."""
     summary = {"es": forget["es"]["value"], "model_utility": utility["model_utility"],
                **{k: forget[k]["value"] for k in ("forget_probability", "forget_rouge", "forget_truth_ratio")},
                **utility["components"], "es_retain": utility["es_retain"]["value"]}
@@ -592,8 +576,9 @@ def evaluate(model: Any, tokenizer: Any, forget_records: Sequence[dict], utility
         A flat summary (``es``, ``es_retain``, ``model_utility``, ``forget_probability``,
         ``forget_rouge``, ``forget_truth_ratio`` and the nine utility components) plus ``per_example``.
     """
-    return combine(*evaluate_halves(model, tokenizer, forget_records, utility_sets, max_new_tokens, batch_size,
-                                    chat, bf16))
+    kw = dict(batch_size=batch_size, chat=chat, bf16=bf16)
+    return combine(evaluate_forget(model, tokenizer, forget_records, max_new_tokens, **kw),
+                   model_utility(model, tokenizer, utility_sets, max_new_tokens, **kw))
 
 
 def evaluate_metric_by_metric(model: Any, tokenizer: Any, forget_records: Sequence[dict], utility_sets: dict,
@@ -672,19 +657,10 @@ def evaluate_model_cached(model_id: str, data_source: str, forget_split: str, li
                 "max_new_tokens": max_new_tokens, "batch_size": batch_size, "device": device, "dtype": str(dtype)}
     forget_records = data.load_split(data_source, f"{forget_split}_perturbed", limit)
     sets = data.load_utility_sets(data_source, limit)
-    utility_key = ("model_utility", {**settings, "data": cache.records_digest([sets[k] for k in UTILITY_SETS])},
-                   {"model": model_id})
-    halves: list = []
-
-    def computed(half: int) -> dict:  # on the first miss, both missing halves in one go
-        if not halves:
-            with_utility = half == 1 or not cache.json_file(*utility_key).is_file()
-            halves.extend(evaluate_halves(*model_and_tokenizer(), forget_records if half == 0 else None,
-                                          sets if with_utility else None, max_new_tokens, batch_size))
-        if halves[half] is None:  # Model Utility was cached when the forget half was computed, and is gone
-            halves[half] = evaluate_halves(*model_and_tokenizer(), None, sets, max_new_tokens, batch_size)[1]
-        return halves[half]
-
-    forget = cache.cached_json("evaluation_forget", {**settings, "data": cache.records_digest(forget_records)},
-                               {"model": model_id}, lambda: computed(0))
-    return combine(forget, cache.cached_json(*utility_key, lambda: computed(1)))
+    forget = cache.cached_json(
+        "evaluation_forget", {**settings, "data": cache.records_digest(forget_records)}, {"model": model_id},
+        lambda: evaluate_forget(*model_and_tokenizer(), forget_records, max_new_tokens, batch_size))
+    utility = cache.cached_json(
+        "model_utility", {**settings, "data": cache.records_digest([sets[k] for k in UTILITY_SETS])},
+        {"model": model_id}, lambda: model_utility(*model_and_tokenizer(), sets, max_new_tokens, batch_size))
+    return combine(forget, utility)

@@ -14,7 +14,7 @@ def counted(monkeypatch, tmp_path):
     """A fresh cache, and a count of the calls that make each artefact."""
     monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "cache"))
     calls = {"train": 0, "evaluate": 0, "calibrate": 0}
-    finetune, evaluate, norms = train.finetune, metrics.evaluate_halves, calibration.activation_norms
+    finetune, evaluate, norms = train.finetune, metrics.model_utility, calibration.activation_norms
 
     def count(name, fn):
         def wrapped(*args, **kwargs):
@@ -23,7 +23,7 @@ def counted(monkeypatch, tmp_path):
         return wrapped
 
     monkeypatch.setattr(train, "finetune", count("train", finetune))
-    monkeypatch.setattr(metrics, "evaluate_halves", count("evaluate", evaluate))
+    monkeypatch.setattr(metrics, "model_utility", count("evaluate", evaluate))
     monkeypatch.setattr(calibration, "activation_norms", count("calibrate", norms))
     return calls
 

@@ -140,34 +140,32 @@ def test_cached_evaluation_is_reused_only_for_the_same_model_data_and_settings(t
     folder = tmp_path / "m"
     models.save_checkpoint(models.build_tiny_model(len(tokenizer), seed=0), tokenizer, folder)
     direct = metrics.evaluate_on_source(*models.load_model(str(folder)), "synthetic", "forget10", 2, 4, 4)
-    calls = {"forget": 0, "utility": 0, "passes": 0}
-    halves = metrics.evaluate_halves
+    calls = {"forget": 0, "utility": 0}
+    forget_half, utility_half = metrics.evaluate_forget, metrics.model_utility
 
-    def counted(model, tokenizer, forget, utility, *a, **k):  # which halves each pass computes
-        calls["forget"] += forget is not None
-        calls["utility"] += utility is not None
-        calls["passes"] += 1
-        return halves(model, tokenizer, forget, utility, *a, **k)
+    def count(name, fn):
+        return lambda *a, **k: calls.__setitem__(name, calls[name] + 1) or fn(*a, **k)
 
-    monkeypatch.setattr(metrics, "evaluate_halves", counted)
+    monkeypatch.setattr(metrics, "evaluate_forget", count("forget", forget_half))
+    monkeypatch.setattr(metrics, "model_utility", count("utility", utility_half))
     kw = dict(data_source="synthetic", forget_split="forget10", limit=2, max_new_tokens=4, batch_size=4)
     first = metrics.evaluate_model_cached(str(folder), **kw)
     again = metrics.evaluate_model_cached(str(folder), **kw)
-    assert calls == {"forget": 1, "utility": 1, "passes": 1} and again == first  # both halves in one call
+    assert calls == {"forget": 1, "utility": 1} and again == first
     assert again == direct  # the same numbers as evaluating it here, the per-example lists too
     metrics.evaluate_model_cached(str(folder), **{**kw, "forget_split": "forget05"})
-    assert calls == {"forget": 2, "utility": 1, "passes": 2}  # Model Utility does not depend on the split
+    assert calls == {"forget": 2, "utility": 1}  # Model Utility does not depend on the forget split
     metrics.evaluate_model_cached(str(folder), **{**kw, "max_new_tokens": 5})
-    assert calls == {"forget": 3, "utility": 2, "passes": 3}  # other settings
+    assert calls == {"forget": 3, "utility": 2}  # other settings
     # a retrained (re-saved) model is evaluated afresh
     models.save_checkpoint(models.build_tiny_model(len(tokenizer), seed=1), tokenizer, folder)
     metrics.evaluate_model_cached(str(folder), **kw)
-    assert calls == {"forget": 4, "utility": 3, "passes": 4}
+    assert calls == {"forget": 4, "utility": 3}
     # Model Utility alone missing (its cache file removed): only that half is computed
     for file in (tmp_path / "cache" / "model_utility").glob("*.json"):
         file.unlink()
     assert metrics.evaluate_model_cached(str(folder), **kw) == metrics.evaluate_model_cached(str(folder), **kw)
-    assert calls == {"forget": 4, "utility": 4, "passes": 5}
+    assert calls == {"forget": 4, "utility": 4}
 
 
 def test_es_only_evaluation_matches_the_full_evaluation(partly_trained, tokenizer):
