@@ -52,6 +52,32 @@ def checkpoint_dir(profile: str, name: str) -> Path:
     return cache_dir() / "checkpoints" / safe_name(profile) / safe_name(name)
 
 
+# The training seed of a profile's target and gold models whose folders carry no seed (``target``,
+# ``gold_forget10``): the one every record before the seed repeats names. Another seed's target is
+# ``target_seed<N>``, read by notebooks 03 to 07 as ``original: profile-target-seed<N>``.
+TARGET_SEED = 42
+_PROFILE_TARGET = re.compile(r"profile-target(?:-seed(\d+))?")
+
+
+def trained_name(role: str, seed: int) -> str:
+    """The cache folder name of notebook 02's ``role`` (``target`` or ``gold_<split>``) at ``seed``."""
+    return role if seed == TARGET_SEED else f"{role}_seed{seed}"
+
+
+def target_seed(original: str) -> int | None:
+    """The training seed ``original`` names (``profile-target``: :data:`TARGET_SEED`,
+    ``profile-target-seed<N>``: N), or None for a checkpoint given by path or hub id."""
+    m = _PROFILE_TARGET.fullmatch(original)
+    return None if m is None else int(m[1] or TARGET_SEED)
+
+
+def original_dir(profile: str, original: str) -> str:
+    """The model an unlearning run starts from: ``profile-target`` (or ``profile-target-seed<N>``)
+    is notebook 02's target of ``profile`` (at seed N); anything else is a path or hub id, as given."""
+    seed = target_seed(original)
+    return original if seed is None else str(checkpoint_dir(profile, trained_name("target", seed)))
+
+
 # Set by the runner while it remakes a recorded run: where that run writes its record instead
 RECORD_TO_ENV = "FRAG_RECORD_TO"
 

@@ -131,10 +131,12 @@ def _failed(spec: RunSpec, tmp: Path, had_record: bool, err: Exception, remaking
 def drop_torn_checkpoints(spec: RunSpec) -> list[Path]:
     """Delete (and return) the trainer checkpoints without a readable ``trainer_state.json`` (the
     Trainer writes it last: cut off mid-write) in ``spec``'s own work folders only (``*--<run>.work``,
-    02's ``target.work``, ``gold_<split>.work``; another runner may be writing elsewhere)."""
+    02's ``target.work``, ``gold_<split>.work``, with ``_seed<N>`` at another seed; another runner
+    may be writing elsewhere)."""
     root, p = paths.cache_dir() / "checkpoints" / paths.safe_name(str(spec.params.get("profile"))), spec.params
     works = [*root.glob(f"*--{paths.safe_name(spec.name)}.work"), *(
-        [root / "target.work", root / f"gold_{p.get('forget_split')}.work"] if "target" in spec.notebook.stem else [])]
+        [root / f"{paths.trained_name(role, p.get('seed', paths.TARGET_SEED))}.work"
+         for role in ("target", f"gold_{p.get('forget_split')}")] if "target" in spec.notebook.stem else [])]
     torn = []
     for c in (c for w in works for c in sorted(w.glob("checkpoint-*")) if c.name.split("-")[-1].isdigit()):
         with contextlib.suppress(OSError, ValueError):
@@ -294,8 +296,10 @@ def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, b
     nb, p = spec.notebook.stem, spec.params
     makers = [s for s in specs if s.notebook.stem == "02_target_and_gold" and s.params["profile"] == p.get("profile")]
     names = []
-    if p.get("original") == "profile-target" and makers:  # every 02 run of a profile trains its one target
-        names.append(("02_target_and_gold", makers[0].name, False))
+    seed = paths.target_seed(str(p.get("original", "")))
+    trains = [s for s in makers if s.params.get("seed", paths.TARGET_SEED) == seed]
+    if trains:  # every 02 run of a profile at one seed trains its one target of that seed
+        names.append(("02_target_and_gold", trains[0].name, False))
     if nb == "05_unlearn" and p.get("method") == "gold" and p.get("gold") == "profile-gold":
         names += [("02_target_and_gold", s.name, False) for s in makers
                   if s.params["forget_split"] == p["forget_split"]]
