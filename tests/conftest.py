@@ -10,6 +10,16 @@ import torch  # noqa: E402
 from frag_utils import data, models, train  # noqa: E402
 
 
+def native_bf16() -> bool:
+    """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX) and torch dispatches to those
+    kernels. Elsewhere (an AVX2-only CPU such as AMD Zen 3, or kernels capped at AVX2) torch emulates
+    bf16 matrix products, more than a hundred times slower on a model the size of SmolLM2."""
+    from frag_utils.records import cpu_description
+
+    flags = set(cpu_description().get("cpu_flags", []))
+    return bool(flags & {"avx512_bf16", "amx_bf16"}) and torch.backends.cpu.get_cpu_capability() != "AVX2"
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """One torch thread for a module (``pytestmark = pytest.mark.usefixtures("one_thread")``): the
