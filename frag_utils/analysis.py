@@ -28,28 +28,48 @@ def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     return float(stats.spearmanr(x, y).statistic)
 
 
-def _clean(xs: Sequence[Sequence[float]], y: Sequence[float | Sequence[float]]) -> tuple[list, list, int]:
+def _clean(xs: Sequence[Sequence[float]], y: Sequence[float | Sequence[float]],
+           groups: Sequence | None = None) -> tuple[list, list, int, list | None]:
     """The checkpoints every ``x`` of ``xs`` and at least one seed of ``y`` are finite on: the x
-    arrays, the finite seeds of each, and how many checkpoints were dropped."""
+    arrays, the finite seeds of each, how many checkpoints were dropped, and their groups."""
     xs = [np.asarray(x, float) for x in xs]
-    if any(len(x) != len(y) for x in xs):
-        raise ValueError(f"x and y differ in length ({[len(x) for x in xs]} and {len(y)}).")
+    if any(len(x) != len(y) for x in xs) or groups is not None and len(groups) != len(y):
+        raise ValueError(f"x, y and groups differ in length ({[len(x) for x in xs]}, {len(y)} and "
+                         f"{None if groups is None else len(groups)}).")
     runs = [np.atleast_1d(np.asarray(v, float)) for v in y]
     runs = [v[np.isfinite(v)] for v in runs]
     keep = [i for i in range(len(y)) if all(np.isfinite(x[i]) for x in xs) and len(runs[i])]
-    return [x[keep] for x in xs], [runs[i] for i in keep], len(y) - len(keep)
+    kept_groups = None if groups is None else [list(groups)[i] for i in keep]
+    return [x[keep] for x in xs], [runs[i] for i in keep], len(y) - len(keep), kept_groups
 
 
-def _resamples(runs: list, n_boot: int, seed: int):
-    """The bootstrap's resamples: checkpoint indices drawn with replacement and, for each drawn
-    checkpoint, the mean of its seeds drawn with replacement. The draws depend on the seeds' counts
-    only, so every predictor scored on the same checkpoints sees the same resamples (paired)."""
+def _resamples(runs: list, n_boot: int, seed: int, groups: Sequence | None = None):
+    """The bootstrap's resamples, drawn at each level that varies: with ``groups`` (the method of
+    each checkpoint), methods with replacement, then within each drawn method its checkpoints with
+    replacement; without, checkpoints with replacement. Then, for each drawn checkpoint, the mean of
+    its seeds drawn with replacement. The draws depend on the counts only, so every predictor
+    scored on the same checkpoints sees the same resamples (paired)."""
+    for idx, ys, _ in _strata_resamples(runs, n_boot, seed, groups):
+        yield idx, ys
+
+
+def _strata_resamples(runs: list, n_boot: int, seed: int, groups: Sequence | None):
+    """:func:`_resamples` with, per resample, the positions in ``idx`` of each drawn method (a method
+    drawn twice is two strata; without ``groups``, one stratum)."""
     rng = np.random.default_rng(seed)
+    members = None if groups is None else [np.flatnonzero(np.asarray(groups) == g) for g in dict.fromkeys(groups)]
     for _ in range(n_boot):
-        idx = rng.integers(0, len(runs), len(runs))
+        if members is None:
+            idx, parts = rng.integers(0, len(runs), len(runs)), [np.arange(len(runs))]
+        else:
+            drawn = [members[k] for k in rng.integers(0, len(members), len(members))]
+            picks = [m[rng.integers(0, len(m), len(m))] for m in drawn]
+            idx = np.concatenate(picks)
+            ends = np.cumsum([len(m) for m in picks])
+            parts = [np.arange(e - len(m), e) for m, e in zip(picks, ends)]
         ys = [runs[i][rng.integers(0, len(runs[i]), len(runs[i]))].mean() if len(runs[i]) > 1 else runs[i][0]
               for i in idx]
-        yield idx, ys
+        yield idx, ys, parts
 
 
 def _interval(draws: list, level: float) -> tuple[float, float, int]:
@@ -66,48 +86,172 @@ def _check_boot(n_boot: int, level: float) -> None:
 
 
 def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], n_boot: int = 2000,
-                       level: float = 0.95, seed: int = 0) -> dict:
+                       level: float = 0.95, seed: int = 0, groups: Sequence | None = None) -> dict:
     """Spearman's rho with a percentile bootstrap interval over resampled checkpoints.
 
     ``y[i]`` is one number, or the numbers of checkpoint ``i`` under several attack seeds. Rho is
     taken against each checkpoint's mean over its seeds; each resample draws checkpoints with
     replacement and, within each drawn checkpoint, its seeds with replacement, so the interval
     carries both the choice of checkpoints and the seed noise (with one seed per checkpoint it is
-    the plain pairs bootstrap). Checkpoints whose ``x`` or every ``y`` is not finite are dropped
-    first (``n_dropped``); so are a checkpoint's non-finite seeds. Resamples in which either side is
-    constant have no rho and are left out; their number is returned as ``n_degenerate``.
+    the plain pairs bootstrap). With ``groups`` (each checkpoint's method), methods are drawn first
+    and checkpoints within each drawn method (:func:`_resamples`): checkpoints of one method are not
+    independent draws, and the interval then carries the choice of methods too. Checkpoints whose
+    ``x`` or every ``y`` is not finite are dropped first (``n_dropped``); so are a checkpoint's
+    non-finite seeds. Resamples in which either side is constant have no rho and are left out;
+    their number is returned as ``n_degenerate``.
 
     Returns:
-        ``{"rho", "low", "high", "n", "n_seeds", "n_boot", "n_degenerate", "n_dropped"}``
-        (``n_seeds``: the seeds per checkpoint, as a list).
+        ``{"rho", "low", "high", "n", "n_groups", "n_seeds", "n_boot", "n_degenerate", "n_dropped"}``
+        (``n_seeds``: the seeds per checkpoint, as a list; ``n_groups``: methods, or ``n``).
     Raises:
         ValueError: lengths differ, ``n_boot < 1`` or ``level`` outside (0, 1).
     """
     _check_boot(n_boot, level)
-    (x,), runs, n_dropped = _clean([x], y)  # rho and its interval describe the same checkpoints
+    (x,), runs, n_dropped, groups = _clean([x], y, groups)  # rho and its interval describe the same checkpoints
     rho = spearman(x, [v.mean() for v in runs])
-    low, high, degenerate = _interval([spearman(x[idx], ys) for idx, ys in _resamples(runs, n_boot, seed)], level)
-    return {"rho": rho, "low": low, "high": high, "n": len(x), "n_seeds": [len(v) for v in runs],
+    low, high, degenerate = _interval([spearman(x[idx], ys) for idx, ys in _resamples(runs, n_boot, seed, groups)],
+                                      level)
+    return {"rho": rho, "low": low, "high": high, "n": len(x),
+            "n_groups": len(x) if groups is None else len(set(groups)), "n_seeds": [len(v) for v in runs],
             "n_boot": n_boot, "n_degenerate": degenerate, "n_dropped": n_dropped}
 
 
 def bootstrap_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequence[float | Sequence[float]],
-                           n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
+                           n_boot: int = 2000, level: float = 0.95, seed: int = 0,
+                           groups: Sequence | None = None) -> dict:
     """ρ(x_b, ΔES) − ρ(x_a, ΔES) with a percentile interval from paired resamples (the same
     checkpoints and seeds for both predictors, as :func:`bootstrap_spearman` draws them), over the
     checkpoints both predictors are finite on: whether one predictor ranks robustness better than
-    another, which two separate intervals cannot say.
+    another, which two separate intervals cannot say. ``groups`` as in :func:`bootstrap_spearman`.
 
     Returns:
         ``{"gap", "low", "high", "n", "n_degenerate", "n_dropped"}``.
     """
     _check_boot(n_boot, level)
-    (a, b), runs, n_dropped = _clean([x_a, x_b], y)
+    (a, b), runs, n_dropped, groups = _clean([x_a, x_b], y, groups)
     means = [v.mean() for v in runs]
     gap = spearman(b, means) - spearman(a, means)
     low, high, degenerate = _interval([spearman(b[idx], ys) - spearman(a[idx], ys)
-                                       for idx, ys in _resamples(runs, n_boot, seed)], level)
+                                       for idx, ys in _resamples(runs, n_boot, seed, groups)], level)
     return {"gap": gap, "low": low, "high": high, "n": len(runs), "n_degenerate": degenerate, "n_dropped": n_dropped}
+
+
+def _permutations(n: int, n_perm: int, rng: np.random.Generator, strata: list[np.ndarray] | None = None):
+    """``(orders, exact)``: every reordering of ``n`` items (within each stratum, where given) when
+    there are at most ``n_perm`` of them, else ``n_perm`` random ones (the observed order among them)."""
+    import itertools
+    import math
+
+    strata = strata or [np.arange(n)]
+    count = math.prod(math.factorial(len(s)) for s in strata)
+    if count <= n_perm:
+        orders = []
+        for combo in itertools.product(*(itertools.permutations(s) for s in strata)):
+            order = np.arange(n)
+            for s, p in zip(strata, combo):
+                order[s] = p
+            orders.append(order)
+        return orders, True
+    orders = []
+    for _ in range(n_perm):
+        order = np.arange(n)
+        for s in strata:
+            order[s] = rng.permutation(s)
+        orders.append(order)
+    return orders, False
+
+
+def _p_value(observed: float, null: Sequence[float], exact: bool) -> float:
+    """Two-sided: the share of the null at least as far from 0 as ``observed`` (for random
+    reorderings, (k + 1) / (N + 1), counting the observed order once). A tiny tolerance keeps
+    ties of floating-point rank sums from being lost."""
+    null = np.abs(np.asarray(null, float)[~np.isnan(null)])
+    k = int((null >= abs(observed) - 1e-12).sum())
+    return k / len(null) if exact else (k + 1) / (len(null) + 1)
+
+
+def permutation_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], n_perm: int = 20000,
+                         seed: int = 0, strata: Sequence | None = None) -> dict:
+    """Two-sided permutation p-value of Spearman's ρ(x, y) (``y`` per checkpoint, or a list of
+    seeds averaged), by every reordering of ``y`` where there are at most ``n_perm`` (exact), else
+    ``n_perm`` random ones. With ``strata`` (each checkpoint's method) ``y`` is reordered only
+    within a method: the null of :func:`stratified_spearman`. Reordering across every checkpoint
+    takes them as exchangeable under the null, which checkpoints of one method are not: read a
+    pooled p-value beside the interval that resamples methods, not in its place.
+
+    Returns:
+        ``{"rho", "p", "n", "n_perm", "exact"}`` (``rho``: pooled, or stratified with ``strata``).
+    """
+    (x,), runs, _, strata = _clean([x], y, strata)
+    ys = np.array([v.mean() for v in runs])
+    groups = None if strata is None else [np.flatnonzero(np.asarray(strata) == g) for g in dict.fromkeys(strata)]
+    stat = (lambda yy: spearman(x, yy)) if groups is None else (lambda yy: _stratified(x, yy, groups))
+    orders, exact = _permutations(len(x), n_perm, np.random.default_rng(seed), groups)
+    rho = stat(ys)
+    return {"rho": rho, "p": _p_value(rho, [stat(ys[o]) for o in orders], exact) if np.isfinite(rho) else np.nan,
+            "n": len(x), "n_perm": len(orders), "exact": exact}
+
+
+def permutation_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequence[float | Sequence[float]],
+                             n_perm: int = 20000, seed: int = 0) -> dict:
+    """Two-sided permutation p-value of ρ(x_b, y) − ρ(x_a, y): under the null that the two
+    predictors rank robustness equally well, a checkpoint's rank under one is as likely to be its
+    rank under the other, so the two ranks are swapped within each checkpoint, every one of the
+    2^n ways where there are at most ``n_perm`` (exact), else ``n_perm`` random ones.
+
+    Returns:
+        ``{"gap", "p", "n", "n_perm", "exact"}``.
+    """
+    import itertools
+
+    (a, b), runs, _, _ = _clean([x_a, x_b], y)
+    ys = np.array([v.mean() for v in runs])
+    ra, rb = stats.rankdata(a), stats.rankdata(b)
+    gap = spearman(rb, ys) - spearman(ra, ys)
+    n = len(ys)
+    if 2 ** n <= n_perm:
+        flips, exact = (np.array(f, bool) for f in itertools.product((False, True), repeat=n)), True
+    else:
+        rng = np.random.default_rng(seed)
+        flips, exact = (rng.random(n) < 0.5 for _ in range(n_perm)), False
+    null = [spearman(np.where(f, ra, rb), ys) - spearman(np.where(f, rb, ra), ys) for f in flips]
+    return {"gap": gap, "p": _p_value(gap, null, exact) if np.isfinite(gap) else np.nan, "n": n,
+            "n_perm": len(null), "exact": exact}
+
+
+def _stratified(x: np.ndarray, y: np.ndarray, groups: list[np.ndarray]) -> float:
+    """The mean of the within-group ρ, each weighted by its group's size; groups of fewer than 3
+    checkpoints or constant on either side carry no ρ and are left out."""
+    pairs = [(spearman(x[g], y[g]), len(g)) for g in groups]
+    pairs = [(r, w) for r, w in pairs if np.isfinite(r)]
+    return float(sum(r * w for r, w in pairs) / sum(w for _, w in pairs)) if pairs else float("nan")
+
+
+def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], groups: Sequence,
+                        n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
+    """The within-method rank correlation: Spearman's ρ of ``x`` with ``y`` among the checkpoints of
+    each method (its strengths), averaged over methods weighted by their checkpoints. It asks
+    whether, within one method, the stronger updates that a predictor scores higher recover less;
+    differences between methods do not enter it, so it is where more checkpoints per method buy
+    power (the pooled ρ's interval stays wide with few methods however many checkpoints each has).
+    The interval resamples methods, checkpoints within each and seeds within each (:func:`_resamples`).
+
+    Returns:
+        ``{"rho", "low", "high", "n", "n_groups", "per_group": {method: (rho, n)}, "n_degenerate"}``;
+        methods of fewer than 3 checkpoints carry no ρ and count in ``n`` but not in ``rho``.
+    """
+    _check_boot(n_boot, level)
+    (x,), runs, _, groups = _clean([x], y, groups)
+    labels = list(dict.fromkeys(groups))
+    members = [np.flatnonzero(np.asarray(groups) == g) for g in labels]
+    ys = np.array([v.mean() for v in runs])
+    rho = _stratified(x, ys, members)
+    draws = [_stratified(x[idx], np.asarray(yb), parts)
+             for idx, yb, parts in _strata_resamples(runs, n_boot, seed, groups)]
+    low, high, degenerate = _interval(draws, level)
+    return {"rho": rho, "low": low, "high": high, "n": len(x), "n_groups": len(labels),
+            "per_group": {g: (spearman(x[m], ys[m]), len(m)) for g, m in zip(labels, members)},
+            "n_degenerate": degenerate}
 
 
 def healthy(df: pd.DataFrame, min_utility_fraction: float = 0.5) -> tuple[pd.DataFrame, pd.DataFrame]:

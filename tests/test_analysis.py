@@ -311,3 +311,119 @@ def test_table1_claims_compare_frp_with_the_lowest_baseline_and_flag_collapsed_m
     fp32 = A.table1_claims(pd.concat([table1[table1.model.ne("FRP (P 0)")], moved]), 0.3, weights="fp32")
     assert (fp32.weights == "fp32").all() and fp32.iloc[0].ours_es == "0.310 vs 0.410 (SP)"
     assert (A.table1_claims(table1, 0.3, weights="fp32").verdict == "not measured yet").all()  # no fp32 baseline
+
+
+# -- intervals and p-values that respect how the checkpoints were made (issue 39) -------------------
+
+def _clustered(method_effect: bool, seed: int = 0):
+    """Six methods of six checkpoints each. With ``method_effect`` every method shifts x and ΔES
+    together (its checkpoints sit in one clump), so the pooled ρ is six clumps' worth of evidence;
+    without, the checkpoints are independent pairs with the same ρ, the method labels arbitrary."""
+    rng = np.random.default_rng(seed)
+    groups = np.repeat(list("ABCDEF"), 6)
+    if method_effect:
+        offset = rng.normal(size=6)
+        x = np.repeat(offset, 6) + 0.05 * rng.normal(size=36)
+        y = np.repeat(offset + 0.6 * rng.normal(size=6), 6) + 0.05 * rng.normal(size=36)
+    else:
+        x = rng.normal(size=36)
+        y = 0.8 * x + 0.6 * rng.normal(size=36)
+    return x, y, groups
+
+
+def test_resampling_methods_widens_the_interval_when_checkpoints_of_a_method_are_not_independent():
+    x, y, groups = _clustered(method_effect=True)
+    flat = A.bootstrap_spearman(x, y, n_boot=2000, seed=1)
+    nested = A.bootstrap_spearman(x, y, n_boot=2000, seed=1, groups=groups)
+    assert flat["rho"] == nested["rho"] and nested["n_groups"] == 6 and flat["n_groups"] == 36
+    assert nested["high"] - nested["low"] > 2.5 * (flat["high"] - flat["low"]), (flat, nested)
+    gap_flat = A.bootstrap_spearman_gap(x, -x + 0.01 * y, y, n_boot=1000, seed=1)
+    gap_nested = A.bootstrap_spearman_gap(x, -x + 0.01 * y, y, n_boot=1000, seed=1, groups=groups)
+    assert gap_nested["high"] - gap_nested["low"] > gap_flat["high"] - gap_flat["low"]
+
+
+def test_resampling_methods_leaves_the_interval_alone_when_checkpoints_are_independent():
+    x, y, groups = _clustered(method_effect=False)
+    flat = A.bootstrap_spearman(x, y, n_boot=3000, seed=1)
+    nested = A.bootstrap_spearman(x, y, n_boot=3000, seed=1, groups=groups)
+    ratio = (nested["high"] - nested["low"]) / (flat["high"] - flat["low"])
+    assert 0.75 < ratio < 1.35, ratio
+
+
+def test_resampling_without_groups_draws_exactly_as_before():
+    """groups=None keeps the checkpoint-level resamples (the committed Table 3's intervals)."""
+    x, y, _ = _clustered(method_effect=False)
+    rng = np.random.default_rng(4)
+    rhos = []
+    for _ in range(200):
+        idx = rng.integers(0, 36, 36)
+        rhos.append(stats.spearmanr(x[idx], y[idx]).statistic)
+    res = A.bootstrap_spearman(x, y, n_boot=200, seed=4)
+    assert (res["low"], res["high"]) == tuple(np.quantile(rhos, [0.025, 0.975]))
+
+
+def _p_by_hand(stat_null, observed):
+    null = np.abs(np.asarray(stat_null))
+    return float(np.mean(null >= abs(observed) - 1e-12))
+
+
+def test_permutation_p_values_equal_an_exhaustive_enumeration_on_a_small_case():
+    import itertools
+
+    x = np.array([0.3, 1.2, 0.1, 2.5, 1.9, 0.7])
+    y = np.array([0.9, 0.4, 0.8, 0.1, 0.5, 0.3])
+    rho = stats.spearmanr(x, y).statistic
+    null = [stats.spearmanr(x, y[list(p)]).statistic for p in itertools.permutations(range(6))]
+    res = A.permutation_spearman(x, y, n_perm=1000)
+    assert res["exact"] and res["n_perm"] == 720
+    assert res["rho"] == pytest.approx(rho) and res["p"] == pytest.approx(_p_by_hand(null, rho))
+    # the gap: swap the two predictors' ranks within any subset of the checkpoints (2^6 ways)
+    b = np.array([2.0, 0.5, 1.0, 0.2, 0.1, 3.0])
+    ra, rb = stats.rankdata(x), stats.rankdata(b)
+    gap = stats.spearmanr(b, y).statistic - rho
+    null = []
+    for flips in itertools.product((0, 1), repeat=6):
+        a_ = [rb[i] if f else ra[i] for i, f in enumerate(flips)]
+        b_ = [ra[i] if f else rb[i] for i, f in enumerate(flips)]
+        null.append(stats.spearmanr(b_, y).statistic - stats.spearmanr(a_, y).statistic)
+    res = A.permutation_spearman_gap(x, b, y, n_perm=1000)
+    assert res["exact"] and res["n_perm"] == 64
+    assert res["gap"] == pytest.approx(gap) and res["p"] == pytest.approx(_p_by_hand(null, gap))
+    # within strata: y reordered only inside each method (3! x 3! ways), the stratified ρ as statistic
+    groups = ["a", "a", "a", "b", "b", "b"]
+
+    def strat(yy):
+        return (stats.spearmanr(x[:3], yy[:3]).statistic + stats.spearmanr(x[3:], yy[3:]).statistic) / 2
+    null = [strat(y[list(p) + [3 + i for i in q]]) for p in itertools.permutations(range(3))
+            for q in itertools.permutations(range(3))]
+    res = A.permutation_spearman(x, y, n_perm=1000, strata=groups)
+    assert res["exact"] and res["n_perm"] == 36
+    assert res["rho"] == pytest.approx(strat(y)) and res["p"] == pytest.approx(_p_by_hand(null, strat(y)))
+
+
+def test_random_permutations_approach_the_exact_p_value():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=7)
+    y = 0.5 * x + rng.normal(size=7)
+    exact = A.permutation_spearman(x, y, n_perm=5040)
+    sampled = A.permutation_spearman(x, y, n_perm=4000, seed=3)
+    assert exact["exact"] and not sampled["exact"] and sampled["n_perm"] == 4000
+    assert abs(exact["p"] - sampled["p"]) < 0.03
+    assert 0 < sampled["p"] <= 1
+
+
+def test_the_stratified_rho_is_the_weighted_mean_of_the_within_method_rhos():
+    """Within each method the stronger updates that x scores higher recover less (ρ < 0), while the
+    methods themselves line up the other way: the pooled ρ is positive, the stratified one negative."""
+    x = np.array([1, 2, 3, 4, 11, 12, 13, 21, 22, 23], float)
+    y = np.array([0.4, 0.3, 0.35, 0.1, 0.7, 0.6, 0.5, 0.95, 0.8, 0.9])
+    groups = ["a"] * 4 + ["b"] * 3 + ["c"] * 3
+    res = A.stratified_spearman(x, y, groups, n_boot=500, seed=0)
+    per = {g: stats.spearmanr(x[np.array(groups) == g], y[np.array(groups) == g]).statistic for g in "abc"}
+    assert res["rho"] == pytest.approx((4 * per["a"] + 3 * per["b"] + 3 * per["c"]) / 10)
+    assert {g: r for g, (r, _) in res["per_group"].items()} == pytest.approx(per)
+    assert res["rho"] < 0 < A.spearman(x, y) and res["n_groups"] == 3
+    assert res["low"] <= res["rho"] <= res["high"]
+    # a method of two checkpoints has no within-method ρ: it counts in n, not in ρ
+    two = A.stratified_spearman(np.r_[x, 30, 31], np.r_[y, 0.1, 0.2], groups + ["d", "d"], n_boot=50)
+    assert two["rho"] == pytest.approx(res["rho"]) and two["n"] == 12 and np.isnan(two["per_group"]["d"][0])
