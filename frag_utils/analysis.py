@@ -161,6 +161,31 @@ def _permutations(n: int, n_perm: int, rng: np.random.Generator, strata: list[np
     return orders, False
 
 
+def _rows_spearman(x: np.ndarray, ys: np.ndarray) -> np.ndarray:
+    """Spearman's ρ of ``x`` with each row of ``ys`` (``[n_rows, n]``), as :func:`spearman` gives it
+    row by row (average ranks for ties; NaN for a constant row), in one pass."""
+    rx = stats.rankdata(x)
+    ry = stats.rankdata(ys, axis=1)
+    rx, ry = rx - rx.mean(), ry - ry.mean(axis=1, keepdims=True)
+    norm = np.sqrt((ry ** 2).sum(axis=1)) * np.sqrt((rx ** 2).sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(norm > 0, ry @ rx / norm, np.nan)
+
+
+def _rows_stratified(x: np.ndarray, ys: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
+    """:func:`_stratified` of ``x`` with each row of ``ys``."""
+    total, weight = np.zeros(len(ys)), np.zeros(len(ys))
+    for g in groups:
+        if len(g) < 3:
+            continue
+        r = _rows_spearman(x[g], ys[:, g])
+        ok = np.isfinite(r)
+        total[ok] += len(g) * r[ok]
+        weight[ok] += len(g)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(weight > 0, total / weight, np.nan)
+
+
 def _p_value(observed: float, null: Sequence[float], exact: bool) -> float:
     """Two-sided: the share of the null at least as far from 0 as ``observed`` (for random
     reorderings, (k + 1) / (N + 1), counting the observed order once). A tiny tolerance keeps
@@ -185,11 +210,13 @@ def permutation_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]
     (x,), runs, _, strata = _clean([x], y, strata)
     ys = np.array([v.mean() for v in runs])
     groups = None if strata is None else [np.flatnonzero(np.asarray(strata) == g) for g in dict.fromkeys(strata)]
-    stat = (lambda yy: spearman(x, yy)) if groups is None else (lambda yy: _stratified(x, yy, groups))
+    rho = spearman(x, ys) if groups is None else _stratified(x, ys, groups)
     orders, exact = _permutations(len(x), n_perm, np.random.default_rng(seed), groups)
-    rho = stat(ys)
-    return {"rho": rho, "p": _p_value(rho, [stat(ys[o]) for o in orders], exact) if np.isfinite(rho) else np.nan,
-            "n": len(x), "n_perm": len(orders), "exact": exact}
+    if not np.isfinite(rho):
+        return {"rho": rho, "p": np.nan, "n": len(x), "n_perm": len(orders), "exact": exact}
+    permuted = ys[np.asarray(orders)]
+    null = _rows_spearman(x, permuted) if groups is None else _rows_stratified(x, permuted, groups)
+    return {"rho": rho, "p": _p_value(rho, null, exact), "n": len(x), "n_perm": len(orders), "exact": exact}
 
 
 def permutation_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequence[float | Sequence[float]],
@@ -210,11 +237,11 @@ def permutation_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequ
     gap = spearman(rb, ys) - spearman(ra, ys)
     n = len(ys)
     if 2 ** n <= n_perm:
-        flips, exact = (np.array(f, bool) for f in itertools.product((False, True), repeat=n)), True
+        flips, exact = np.array(list(itertools.product((False, True), repeat=n)), bool).reshape(-1, n), True
     else:
-        rng = np.random.default_rng(seed)
-        flips, exact = (rng.random(n) < 0.5 for _ in range(n_perm)), False
-    null = [spearman(np.where(f, ra, rb), ys) - spearman(np.where(f, rb, ra), ys) for f in flips]
+        flips, exact = np.random.default_rng(seed).random((n_perm, n)) < 0.5, False
+    # ρ(y, x') for each row x' of a matrix: the same Pearson-of-ranks with y in the role of x
+    null = _rows_spearman(ys, np.where(flips, ra, rb)) - _rows_spearman(ys, np.where(flips, rb, ra))
     return {"gap": gap, "p": _p_value(gap, null, exact) if np.isfinite(gap) else np.nan, "n": n,
             "n_perm": len(null), "exact": exact}
 
@@ -277,26 +304,42 @@ def healthy(df: pd.DataFrame, min_utility_fraction: float = 0.5) -> tuple[pd.Dat
     return df[~(noise | collapsed)], excluded
 
 
+# the column that names a checkpoint's method for the intervals: the model label (FRP's two vetoes
+# are two methods), resampled as one unit because its checkpoints share a recipe and a target
+GROUP_BY = "model"
+
+
 def predictor_table(df: pd.DataFrame, subsets: dict[str, pd.Series] | None = None,
                     predictors: Sequence[str] = PREDICTORS, target: str = "delta_es", n_boot: int = 2000,
-                    seed: int = 0) -> pd.DataFrame:
-    """Spearman rho (and bootstrap interval) of each predictor against ``target``, per subset.
+                    seed: int = 0, group_by: str | None = GROUP_BY, n_perm: int = 20000) -> pd.DataFrame:
+    """Spearman rho (with bootstrap interval and permutation p-value) of each predictor against
+    ``target``, per subset.
 
     Args:
         subsets: name -> boolean mask over ``df`` rows (default: ``{"all": every row}``).
+        group_by: the column naming each checkpoint's method: the interval resamples methods, then
+            checkpoints within each, then seeds (:func:`bootstrap_spearman`); ``None`` resamples
+            checkpoints as if independent (and so does a ``df`` without that column).
     Returns:
-        One row per (subset, predictor): ``subset, predictor, n`` (checkpoints), ``attacks`` (attack
-        runs behind them: more than ``n`` where a checkpoint's ``target`` is a list of seeds), ``rho,
-        low, high, degenerate_resamples`` (resamples without a rho, left out of the interval).
+        One row per (subset, predictor): ``subset, predictor, n`` (checkpoints), ``methods``,
+        ``attacks`` (attack runs behind them: more than ``n`` where a checkpoint's ``target`` is a
+        list of seeds), ``rho, low, high, p_perm`` (:func:`permutation_spearman`, across
+        checkpoints), ``resampled`` (what the interval resamples), ``degenerate_resamples``
+        (resamples without a rho, left out of the interval).
     """
     subsets = subsets or {"all": pd.Series(True, index=df.index)}
+    grouped = group_by is not None and group_by in df
     rows = []
     for name, mask in subsets.items():
         part = df[mask]
+        groups = list(part[group_by]) if grouped else None
         for p in predictors:
-            res = bootstrap_spearman(part[p], part[target], n_boot=n_boot, seed=seed)
-            rows.append({"subset": name, "predictor": p, "n": res["n"], "attacks": sum(res["n_seeds"]),
-                         "rho": res["rho"], "low": res["low"], "high": res["high"],
+            res = bootstrap_spearman(part[p], part[target], n_boot=n_boot, seed=seed, groups=groups)
+            perm = permutation_spearman(part[p], part[target], n_perm=n_perm, seed=seed) if res["n"] >= 3 else {}
+            rows.append({"subset": name, "predictor": p, "n": res["n"], "methods": res["n_groups"],
+                         "attacks": sum(res["n_seeds"]), "rho": res["rho"], "low": res["low"], "high": res["high"],
+                         "p_perm": perm.get("p", np.nan),
+                         "resampled": "methods, checkpoints, seeds" if grouped else "checkpoints, seeds",
                          "degenerate_resamples": res["n_degenerate"]})
     return pd.DataFrame(rows)
 
@@ -438,8 +481,11 @@ def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16
         verdict = _verdict(low, high, "reversed: ρ > 0", "supported: ρ < 0")
         if predictor == "l2_all":
             part = cps[paper_table3_subsets(cps)[subset]] if len(cps) else cps
-            gap = (bootstrap_spearman_gap(part.FRAG_x100, part.l2_all, list(part.delta_es), n_boot=n_boot)
-                   if len(part) else {"gap": np.nan, "low": np.nan, "high": np.nan})
+            groups = list(part[GROUP_BY]) if len(part) and GROUP_BY in part else None
+            gap = {"gap": np.nan, "low": np.nan, "high": np.nan}
+            if len(part):
+                gap = bootstrap_spearman_gap(part.FRAG_x100, part.l2_all, list(part.delta_es), n_boot=n_boot,
+                                             groups=groups)
             verdict = _verdict(gap["low"], gap["high"], "supported: ρ(L2) > ρ(FRAG)", "reversed: ρ(L2) < ρ(FRAG)")
             frag = ours.loc[(subset, "FRAG_x100")] if ours is not None and (subset, "FRAG_x100") in ours.index else None
             if verdict.startswith("supported") and frag is not None and not frag.high < 0:
@@ -577,3 +623,100 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
         rows.append({**row, "ours_es": es, "ours_delta_es": delta,
                      "frp_model_utility": mu, "verdict": verdict, "what_follows": follows})
     return pd.DataFrame(rows)
+
+
+# -- the healthy frontier (issue 39): checkpoints that forget and keep their utility ------------------
+UTILITY_PARTS = tuple(f"{s}/{m}" for s in ("retain_perturbed", "real_authors_perturbed", "world_facts_perturbed")
+                      for m in ("probability", "rouge", "truth_ratio"))
+# the part of Model Utility that one question in thirty can take to 0 at 135M (the target's own
+# real-authors ROUGE is 0.12): the second healthy rule leaves it out
+FRAGILE_PART = "real_authors_perturbed/rouge"
+HEALTHY_RULES = {"paper": "Model Utility at least half the target's",
+                 "parts": f"Model Utility without {FRAGILE_PART} at least half the target's"}
+MIN_FORGETTING = 0.1  # forget ES at least this far below the target's: the checkpoint unlearned something
+
+
+def utility_without(parts: dict[str, float], drop: Sequence[str] = (FRAGILE_PART,)) -> float:
+    """Model Utility (the harmonic mean of :data:`UTILITY_PARTS`) recomputed without the parts
+    named in ``drop``; with nothing dropped, the recorded Model Utility itself.
+
+    Raises:
+        ValueError: a part of :data:`UTILITY_PARTS` is missing from ``parts``.
+    """
+    from .metrics import harmonic_mean
+
+    missing = [k for k in UTILITY_PARTS if k not in parts]
+    if missing:
+        raise ValueError(f"Model Utility's parts {missing} are not in the record.")
+    return harmonic_mean([parts[k] for k in UTILITY_PARTS if k not in drop])
+
+
+def healthy_by_rule(df: pd.DataFrame, min_utility_fraction: float = 0.5,
+                    min_forgetting: float = MIN_FORGETTING) -> pd.DataFrame:
+    """``df`` (one row per checkpoint: ``es``, ``target_es``, ``model_utility``,
+    ``target_model_utility``, ``utility_wo_fragile``, ``target_utility_wo_fragile``) with
+    ``forgets`` (forget ES at least ``min_forgetting`` below the target's) and one boolean column
+    per rule of :data:`HEALTHY_RULES`, ``healthy_<rule>``: it forgets and its utility (by that rule)
+    is at least ``min_utility_fraction`` of the target's. Stated before any attack is looked at."""
+    forgets = df.es <= df.target_es - min_forgetting
+    return df.assign(forgets=forgets,
+                     healthy_paper=forgets & (df.model_utility >= min_utility_fraction * df.target_model_utility),
+                     healthy_parts=forgets & (df.utility_wo_fragile
+                                              >= min_utility_fraction * df.target_utility_wo_fragile))
+
+
+PRUNING = ("sp", "frp")
+
+
+def frontier_subsets(df: pd.DataFrame) -> dict[str, pd.Series]:
+    """Table 3's columns on the frontier: all, without FRP (the paper's two), and each family."""
+    return {"all": df.method.ne(""), "w/o FRP": df.method.ne("frp"), "pruning": df.method.isin(PRUNING),
+            "dense": ~df.method.isin(PRUNING)}
+
+
+def frontier_table3(df: pd.DataFrame, predictors: Sequence[str] = PAPER_TABLE3_PREDICTORS, target: str = "delta_es",
+                    n_boot: int = 2000, seed: int = 0, min_checkpoints: int = 4) -> pd.DataFrame:
+    """Table 3 on a set of attacked checkpoints (``target`` a list of seeds each): per subset of
+    :func:`frontier_subsets` with at least ``min_checkpoints`` checkpoints, and predictor, the
+    pooled ρ with its interval over methods, checkpoints and seeds and its permutation p-value
+    (:func:`predictor_table`), and the within-method ρ (:func:`stratified_spearman`) with its own
+    interval and its p-value from reorderings within methods."""
+    rows = []
+    for name, mask in frontier_subsets(df).items():
+        part = df[mask]
+        if len(part) < min_checkpoints:
+            continue
+        pooled = predictor_table(part, {name: pd.Series(True, index=part.index)}, predictors, target, n_boot, seed)
+        for r, p in zip(pooled.to_dict("records"), predictors):
+            within = stratified_spearman(part[p], part[target], list(part[GROUP_BY]), n_boot=n_boot, seed=seed)
+            perm = permutation_spearman(part[p], part[target], seed=seed, strata=list(part[GROUP_BY]))
+            rows.append({**r, "within_rho": within["rho"], "within_low": within["low"],
+                         "within_high": within["high"], "within_p_perm": perm["p"],
+                         "within_methods": sum(1 for rho, _ in within["per_group"].values() if np.isfinite(rho))})
+    return pd.DataFrame(rows)
+
+
+def detectable_rho(n: int, level: float = 0.95, power: float = 0.8) -> float:
+    """The smallest |ρ| that ``n`` independent checkpoints detect with ``power`` at two-sided
+    ``level`` (Fisher's z with Spearman's variance 1.06 / (n − 3)). A floor: checkpoints of a few
+    methods are not independent, so the design detects less."""
+    if n < 4:
+        return float("nan")
+    z = (stats.norm.ppf(1 - (1 - level) / 2) + stats.norm.ppf(power)) * np.sqrt(1.06 / (n - 3))
+    return float(np.tanh(z))
+
+
+def utility_bands(df: pd.DataFrame, edges: Sequence[float] = (0.5, 0.75, 1.0, np.inf),
+                  value: str = "delta_es") -> pd.DataFrame:
+    """The paper's "ΔES at matched utility" (Appendix, ``ctrl_matched_utility``): checkpoints grouped
+    by Model Utility as a fraction of the target's (bands between ``edges``), and per band and
+    method the mean ``value`` (a list of seeds each: their mean first) over its checkpoints, with
+    how many; FRP's beside each other method's in the same band is the comparison."""
+    frac = df.model_utility / df.target_model_utility
+    labels = [f"{lo:g}-{hi:g}" if np.isfinite(hi) else f">= {lo:g}" for lo, hi in zip(edges[:-1], edges[1:])]
+    band = pd.cut(frac, list(edges), right=False, labels=labels)
+    means = df[value].map(lambda v: float(np.mean(v)) if np.ndim(v) else float(v))
+    out = pd.DataFrame({"band": band, "model": df.model, "value": means, "es_after": df.es_before + means})
+    out = out.dropna(subset=["band"]).groupby(["band", "model"], observed=True).agg(
+        checkpoints=("value", "size"), **{value: ("value", "mean")}, es_after=("es_after", "mean")).reset_index()
+    return out

@@ -26,6 +26,15 @@ ABLATIONS_05, ABLATIONS_06 = "05_unlearn.ablations.yaml", "06_attacks.ablations.
 CONTROLS_05, CONTROLS_06 = "05_unlearn.controls.yaml", "06_attacks.controls.yaml"
 # the bf16 models under the grid's forget+retain attack with the weights kept in fp32 (forget10; the others)
 ATTACK_PRECISION_06 = ("06_attacks.attack_precision.yaml", "06_attacks.attack_precision_splits.yaml")
+# the healthy frontier (issue 39): every method at several strengths, and the forget+retain attacks
+# of those that forget and keep their utility, at two seeds (scripts/plan_frontier_attacks.py)
+# (one attack file per split, so that the runs' names stay the same as the file grows)
+FRONTIER_05 = "05_unlearn.frontier.yaml"
+FRONTIER_06 = ("06_attacks.frontier_forget10.yaml", "06_attacks.frontier_forget05.yaml")
+FRONTIER_SEEDS = (42, 1)  # the attack seeds of each healthy checkpoint: attack.sh's, then one more
+FRONTIER_COLUMNS = ["model", "method", "forget_split", "strength", "es", "target_es", "model_utility",
+                    "target_model_utility", "utility_wo_fragile", "target_utility_wo_fragile", "forgets",
+                    "healthy_paper", "healthy_parts", "l2_all", "FRAG_x100", "A_f_x100", "A_r_x100", "run"]
 # the paper's Table 5 order: |W|, |W| x_f, |W| x_f / x_r, then Eq. 6 as printed (not in the paper's
 # table) and FRP as released
 SCORING_ORDER = ("magnitude", "magnitude_xf", "magnitude_ratio", "eq6", "released")
@@ -436,6 +445,91 @@ class Collection:
                                                                 *twin_attacks.attack_run) if r],
                                             *(r["run"] for r in repeats), *twin_attacks.run]
         return pd.concat([table, means.assign(forget_split="mean")], ignore_index=True)[table.columns]
+
+    # -- the healthy frontier (issue 39) ---------------------------------------------------------
+    def frontier_models(self) -> pd.DataFrame:
+        """One row per recorded run of ``05_unlearn.frontier.yaml`` (file order): its method and
+        strength (the learning rate of a dense method, the sparsity of a pruner), forget ES and
+        Model Utility with and without its fragile part (:data:`analysis.FRAGILE_PART`) beside the
+        target's, whether it forgets and is healthy by each rule
+        (:func:`analysis.healthy_by_rule`), and its predictors. Decided from the unlearning
+        records alone: what the attacks of these checkpoints show enters nothing here."""
+        found = self.methods_of_file(FRONTIER_05)
+        rows = []
+        for r in found:
+            ev, params, made = r["results"]["evaluation"], r["provenance"]["params"], r["results"].get("made", {})
+            row = _row(r)
+            rows.append({"model": short_label(r), **row,
+                         "strength": made.get("sparsity") if row["method"] in analysis.PRUNING else params["lr"],
+                         "utility_wo_fragile": analysis.utility_without(ev["unlearned"]),
+                         "target_utility_wo_fragile": analysis.utility_without(ev["target"]), "run": r["run"],
+                         **{f"part:{k}": ev["unlearned"][k] for k in analysis.UTILITY_PARTS},
+                         **{f"target:{k}": ev["target"][k] for k in analysis.UTILITY_PARTS}})
+        self.sources["frontier_models"] = self.sources["frontier_utility_parts"] = [r["run"] for r in found]
+        self.provenance["frontier_models"] = {"healthy_rules": analysis.HEALTHY_RULES,
+                                              "forgets": f"forget ES at least {analysis.MIN_FORGETTING:g} below "
+                                                         "the target's"}
+        print(f"{len(found)} of {len(self.planned('05_unlearn', FRONTIER_05))} runs of {FRONTIER_05} recorded")
+        if not rows:
+            return pd.DataFrame(columns=FRONTIER_COLUMNS)
+        return analysis.healthy_by_rule(pd.DataFrame(rows))
+
+    def frontier(self, n_boot: int) -> dict[str, pd.DataFrame]:
+        """The healthy frontier's tables: ``frontier_models`` (every candidate, healthy or not, with
+        its attacks' ES after, ΔES and recovered share where attacked), ``frontier_utility_parts``
+        (Model Utility's nine parts per checkpoint, the target's first), ``frontier_table3`` (per
+        healthy rule, :func:`analysis.frontier_table3` beside the paper's and the authors' values;
+        empty until four healthy checkpoints are attacked) and ``frontier_matched_utility``
+        (:func:`analysis.utility_bands` over the checkpoints healthy by either rule)."""
+        models = self.frontier_models()
+        attacks = [r for f in FRONTIER_06 for r in self.attacks_of_file(f) if _row(r)["attack_data"] == "forget_retain"]
+        seeds: dict[str, list[float]] = {}
+        for r in attacks:
+            seeds.setdefault(_row(r)["unlearned_run"], []).append(_row(r)["delta_es"])
+        models = models.assign(delta_es=[seeds.get(run.split("/", 1)[1], []) for run in models.run],
+                               es_before=models.es)
+        models = models.assign(attack_seeds=models.delta_es.map(len))
+        attacked = models[models.attack_seeds.gt(0)]
+        attacked = tables.recovery(attacked) if len(attacked) else attacked.assign(es_after=[], recovered=[])
+        models = models.join(attacked[["es_after", "recovered"]])
+        parts = [c for c in models.columns if c.startswith("part:")]
+        utility_parts = pd.concat([
+            models.drop_duplicates("target_model_utility")[[c.replace("part:", "target:") for c in parts]].rename(
+                columns=lambda c: c.replace("target:", "")).assign(model="target", forget_split="", strength=None),
+            models[["model", "forget_split", "strength", *parts]].rename(columns=lambda c: c.replace("part:", ""))],
+            ignore_index=True) if len(models) else pd.DataFrame()
+        if len(utility_parts):
+            utility_parts = utility_parts[["model", "forget_split", "strength", *analysis.UTILITY_PARTS]]
+        table3 = []
+        for rule in analysis.HEALTHY_RULES:
+            chosen = attacked[attacked[f"healthy_{rule}"]] if len(attacked) else attacked
+            if len(chosen) >= 4:
+                t = analysis.table3_beside_authors(analysis.frontier_table3(chosen, n_boot=n_boot))
+                table3.append(t.assign(rule=rule, detectable_rho=t.n.map(analysis.detectable_rho)))
+        either = attacked[attacked.healthy_paper | attacked.healthy_parts] if len(attacked) else attacked
+        self.sources["frontier_table3"] = self.sources["frontier_matched_utility"] = [
+            *either.run, *(r["run"] for r in attacks if _row(r)["unlearned_run"] in
+                           {u.split("/", 1)[1] for u in either.run})]
+        self.sources["frontier_models"] = [*self.sources["frontier_models"], *(r["run"] for r in attacks)]
+        listing = models[[*FRONTIER_COLUMNS[:-1], "attack_seeds", "es_after", "recovered", "run"]]
+        return {"frontier_models": listing.assign(delta_es=models.delta_es.map(lambda v: [round(d, 3) for d in v])),
+                "frontier_utility_parts": utility_parts,
+                "frontier_table3": pd.concat(table3, ignore_index=True) if table3 else pd.DataFrame(),
+                "frontier_matched_utility": analysis.utility_bands(either) if len(either) else pd.DataFrame()}
+
+    def frontier_attack_plan(self, forget_split: str, seeds: tuple[int, ...] = FRONTIER_SEEDS) -> list[dict]:
+        """The forget+retain attacks of the frontier's checkpoints on ``forget_split`` that forget and
+        are healthy by either rule (:meth:`frontier_models`), each at every seed of ``seeds`` (the
+        first seed for every checkpoint before the next), with the faithful grid's attack settings
+        (the first entry of ``06_attacks.table1.yaml``): the entries of its attack file."""
+        import yaml
+
+        protocol = yaml.safe_load((self.params_dir / self.grid_06).read_text())[0]
+        protocol = {k: v for k, v in protocol.items() if k not in ("unlearned_run", "forget_split", "attack_data")}
+        models = self.frontier_models()
+        chosen = models[(models.healthy_paper | models.healthy_parts) & models.forget_split.eq(forget_split)]
+        return [{**protocol, "unlearned_run": run.split("/", 1)[1], "forget_split": forget_split,
+                 "attack_data": "forget_retain", "seed": seed} for seed in seeds for run in chosen.run]
 
     # -- runs outside the grid, and the figures' data --------------------------------------------
     def other_runs(self) -> tuple[pd.DataFrame, pd.DataFrame]:

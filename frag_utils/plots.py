@@ -147,3 +147,14 @@ def close(fig: Any) -> None:
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def frontier_panels(models: pd.DataFrame, table: pd.DataFrame) -> Any:
+    """The healthy frontier as :func:`table3_panels`: a row per healthy rule, the attacked
+    checkpoints healthy by it (``models``: :meth:`frag_utils.collect.Collection.frontier`'s
+    ``frontier_models``), ρ over all of them in each panel's title (``table``: its
+    ``frontier_table3``)."""
+    label = {rule: f"healthy ({rule})" for rule in analysis.HEALTHY_RULES}
+    points = pd.concat([models[models.attack_seeds.gt(0) & models[f"healthy_{rule}"]].assign(weights=name)
+                        for rule, name in label.items()], ignore_index=True)
+    return table3_panels(points, table.assign(weights=table.rule.map(label)))

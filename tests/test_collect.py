@@ -322,3 +322,90 @@ def test_the_attack_precision_table_sets_each_fp32_attack_beside_the_same_models
     t = collect.Collection("smol").attack_precision().set_index(["forget_split", "model"])
     split = grid[rmu_runs[0]]["provenance"]["params"]["forget_split"]
     assert pd.isna(t.loc[(split, "RMU"), "delta_es_bf16"]) and pd.isna(t.loc[("mean", "RMU"), "delta_es_bf16"])
+
+
+def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects_them(copied_runs, tmp_path,
+                                                                                       monkeypatch):
+    """The healthy rules read off each checkpoint's record by hand, the attack plan holds exactly the
+    healthy ones at both seeds, and the collected table sets each checkpoint's seeds beside it."""
+    from frag_utils import analysis, metrics, runs
+
+    params = tmp_path / "params"
+    shutil.copytree(paths.PARAMS_DIR, params)
+    monkeypatch.setattr(paths, "PARAMS_DIR", params)
+    planned = [s for s in runs.plan_run("05_unlearn", params / "smol" / collect.FRONTIER_05)
+               if s.params["forget_split"] == "forget10"]
+    for spec in planned:  # the file's own records (committed as they land) out, the test's in
+        shutil.rmtree(copied_runs / "05_unlearn" / spec.name, ignore_errors=True)
+    source = {"ga": "smol.table1__forget_split=forget10__grad_accum=1__lr=5e-05__method=ga__weights=fp32",
+              "sp": "smol.table1__forget_split=forget10__method=sp__prune_precision=fp32__weights=fp32",
+              "frp": "smol.table1__forget_split=forget10__frp_veto=0__method=frp__prune_precision=fp32__weights=fp32"}
+    target = _record("05_unlearn", source["ga"], copied_runs)["results"]["evaluation"]["target"]
+    target_mu = target["model_utility"]
+    # (method, es, a scale for every utility part, the fragile part's value)
+    cases = [("ga", 0.30, 1.0, None), ("ga", 0.85, 1.0, None),  # healthy; forgets too little (target ES 0.887)
+             ("sp", 0.40, 1.0, 0.0), ("frp", 0.20, 0.2, None),  # fragile part 0: healthy by parts only; collapsed
+             ("frp", 0.35, 0.9, None), ("sp", 0.50, 1.1, None), ("ga", 0.25, 1.05, None)]
+    chosen = []
+    for method, es, scale, fragile in cases:
+        spec = next(s for s in planned if s.params["method"] == method and s not in chosen)
+        chosen.append(spec)
+        src = json.loads((copied_runs / "05_unlearn" / source[method] / "results.json").read_text())
+        parts = {k: min(1.0, target[k] * scale) for k in analysis.UTILITY_PARTS}
+        if fragile is not None:
+            parts[analysis.FRAGILE_PART] = fragile
+        src["results"]["evaluation"]["unlearned"].update(parts)
+        src["results"]["row"].update(es=es, model_utility=metrics.harmonic_mean(list(parts.values())))
+        src["provenance"]["params"] = dict(spec.params)
+        folder = copied_runs / "05_unlearn" / spec.name
+        folder.mkdir()
+        (folder / "results.json").write_text(json.dumps(src))
+        shutil.copy(copied_runs / "05_unlearn" / source[method] / "05_unlearn.ipynb", folder)
+    models = collect.Collection("smol").frontier_models().set_index("run")
+    for spec, (_, es, scale, fragile) in zip(chosen, cases):
+        m = models.loc[f"05_unlearn/{spec.name}"]
+        forgets = es <= target["es"] - 0.1
+        mu_ok = metrics.harmonic_mean([min(1.0, target[k] * scale) if k != analysis.FRAGILE_PART or fragile is None
+                                       else fragile for k in analysis.UTILITY_PARTS]) >= 0.5 * target_mu
+        wo = [k for k in analysis.UTILITY_PARTS if k != analysis.FRAGILE_PART]
+        parts_ok = (metrics.harmonic_mean([min(1.0, target[k] * scale) for k in wo])
+                    >= 0.5 * metrics.harmonic_mean([target[k] for k in wo]))
+        assert (m.forgets, m.healthy_paper, m.healthy_parts) == (forgets, forgets and mu_ok, forgets and parts_ok)
+    mine = models.loc[[f"05_unlearn/{s.name}" for s in chosen]]
+    assert list(mine.healthy_paper) == [True, False, False, False, True, True, True]
+    assert list(mine.healthy_parts) == [True, False, True, False, True, True, True]
+
+    plan = collect.Collection("smol").frontier_attack_plan("forget10")
+    healthy = [s.name for s in planned if s in chosen and models.loc[f"05_unlearn/{s.name}", "healthy_parts"]]
+    assert [(e["unlearned_run"], e["seed"]) for e in plan] == [(n, s) for s in (42, 1) for n in healthy]
+    grid_attack = yaml.safe_load((params / "smol" / collect.GRID_06).read_text())[0]
+    assert all(e["lr"] == grid_attack["lr"] and e["attack_data"] == "forget_retain" for e in plan)
+    (params / "smol" / collect.FRONTIER_06[0]).write_text(yaml.safe_dump(plan))
+    attack_source = next(r["folder"] for r in _attack_records(copied_runs, "forget_retain"))
+    deltas = {}
+    for i, spec in enumerate(runs.plan_run("06_attacks", params / "smol" / collect.FRONTIER_06[0])):
+        deltas.setdefault(spec.params["unlearned_run"], []).append(0.1 + 0.05 * i)
+        unlearned = _record("05_unlearn", spec.params["unlearned_run"], copied_runs)["results"]["row"]
+        _fake_record(copied_runs, "06_attacks", spec, attack_source,
+                     row={"unlearned_run": spec.params["unlearned_run"], "delta_es": 0.1 + 0.05 * i,
+                          "FRAG_x100": unlearned["FRAG_x100"], "l2_all": unlearned["l2_all"]})
+    out = collect.Collection("smol").frontier(n_boot=50)
+    listing = out["frontier_models"].set_index("run")
+    for name, ds in deltas.items():
+        row = listing.loc[f"05_unlearn/{name}"]
+        es = models.loc[f"05_unlearn/{name}", "es"]
+        assert row.delta_es == [round(d, 3) for d in ds] and row.attack_seeds == 2
+        assert row.recovered == pytest.approx(sum(ds) / 2 / (target["es"] - es))
+    assert listing.attack_seeds.sum() == 2 * len(healthy)
+    t3 = out["frontier_table3"]
+    assert set(t3.rule) == {"paper", "parts"}
+    assert t3[t3.rule.eq("parts") & t3.subset.eq("all")].n.eq(len(healthy)).all()
+    assert t3[t3.rule.eq("paper") & t3.subset.eq("all")].n.eq(len(healthy) - 1).all()
+    parts = out["frontier_utility_parts"]
+    assert parts.model.iloc[0] == "target" and len(parts) == 1 + len(cases)
+    from frag_utils import plots
+
+    fig = plots.frontier_panels(out["frontier_models"], t3)  # a row per rule, a panel per predictor
+    assert len(fig.axes) == 2 * len(analysis.PAPER_TABLE3_PREDICTORS)
+    assert fig.axes[0].get_title().startswith("healthy (paper)") and f"n {len(healthy) - 1}," in fig.axes[0].get_title()
+    plots.close(fig)
