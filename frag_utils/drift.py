@@ -113,3 +113,67 @@ def format_report(run: str, report: dict) -> str:
         if report["weights"]:
             lines.append("  weights: " + ", ".join(f"{k} {v}" for k, v in report["weights"].items()))
     return "\n".join(lines)
+
+
+# -- tolerances from the measured spread of the target's training seed (issue 43) ----------------
+# The evaluation numbers of notebook 02 whose spread over training seeds sets their tolerance: the
+# last key of a number's path (the three utility sets share probability, rouge and truth_ratio).
+SEED_METRICS = ("es", "es_retain", "model_utility", "forget_probability", "forget_rouge", "forget_truth_ratio",
+                "probability", "rouge", "truth_ratio")
+# the same quantities measured on the unlearned and attacked models take the tolerance of their kind
+SAME_KIND = {"es_before": "es", "es_after": "es", "model_utility_before": "model_utility",
+             "model_utility_after": "model_utility"}
+SEED_FLOOR = 0.02  # a number that barely moves between seeds still moves by kernel rounding on another CPU
+
+
+def seed_spread(evaluations: list[dict], roles: tuple[str, ...] = ("target", "gold")) -> dict[str, dict]:
+    """How far each evaluation number of notebook 02 moves with the training seed alone.
+
+    Args:
+        evaluations: the ``results["evaluation"]`` of notebook-02 records that differ only in the
+            training seed (made on one machine).
+    Returns:
+        Metric (:data:`SEED_METRICS`) -> ``{"range": the largest max − min over seeds of any number
+        of that metric (each role, each utility set), "where": that number's path}``.
+    Raises:
+        ValueError: fewer than two evaluations.
+    """
+    if len(evaluations) < 2:
+        raise ValueError(f"a spread needs two or more seeds' evaluations, got {len(evaluations)}.")
+    out: dict[str, dict] = {}
+    for role in roles:
+        numbers = [_numbers(ev[role], f"/{role}") for ev in evaluations]
+        for path in sorted(set.intersection(*(set(n) for n in numbers))):
+            metric = path.rsplit("/", 1)[-1]
+            if metric not in SEED_METRICS:
+                continue
+            values = [n[path] for n in numbers]
+            spread = max(values) - min(values)
+            if spread >= out.get(metric, {}).get("range", -1.0):
+                out[metric] = {"range": spread, "where": path}
+    return out
+
+
+def derive_tolerances(spread: dict[str, dict], floor: float = SEED_FLOOR) -> dict[str, float]:
+    """The tolerance of each metric of ``spread`` (:func:`seed_spread`) and of its kind
+    (:data:`SAME_KIND`): the larger of the three seeds' range and ``floor``, rounded up to 0.01.
+    A remake on another CPU then passes where it lands as far from its record as another training
+    seed would."""
+    derived = {m: math.ceil(max(s["range"], floor) * 100 - 1e-9) / 100 for m, s in spread.items()}
+    return {**derived, **{k: derived[v] for k, v in SAME_KIND.items() if v in derived}}
+
+
+# the notebook-02 runs of the smol profile that differ only in the training seed (42, 43, 44)
+SEED_RUNS = ("smol", "smol.seeds__seed=43", "smol.seeds__seed=44")
+
+
+def recorded_seed_evaluations(runs_dir: Path | None = None) -> dict[str, dict]:
+    """The evaluations of :data:`SEED_RUNS` that are recorded, by run name."""
+    root = (runs_dir or paths.RUNS_DIR) / "02_target_and_gold"
+    return {name: json.loads((root / name / paths.RESULTS_FILE).read_text())["results"]["evaluation"]
+            for name in SEED_RUNS if (root / name / paths.RESULTS_FILE).is_file()}
+
+
+def attack_seed_range(delta_es: list[list[float]]) -> float:
+    """The largest range (max − min) of ΔES over the attack seeds of one checkpoint."""
+    return max((max(d) - min(d) for d in delta_es if len(d) > 1), default=float("nan"))

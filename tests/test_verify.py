@@ -45,23 +45,22 @@ def _record(tmp_path, name, results):
 
 
 def test_drift_is_judged_per_metric_by_the_tolerance_file_and_bits_are_named(tmp_path):
-    tolerance = drift.load_tolerance()
-    assert tolerance["es"] == (0.05, 0.0) and tolerance["l2_all"] == (0.0, 0.05)
+    tolerance = {"es": (0.05, 0.0), "rouge": (0.1, 0.0), "l2_all": (0.0, 0.05)}
     recorded = {"evaluation": {"target": {"es": 0.80, "retain_perturbed/rouge": 0.5, "per_example": {"es": [0.1]}}},
                 "frag": {"l2_all": 100.0}, "train_seconds": 10.0, "checkpoint_sha256": {"target": "a"}}
     a = _record(tmp_path, "a", recorded)
-    assert drift.compare(a, a)["verdict"] == "bit-identical"
+    assert drift.compare(a, a, tolerance)["verdict"] == "bit-identical"
     near = {**recorded, "evaluation": {"target": {"es": 0.84, "retain_perturbed/rouge": 0.45,
                                                    "per_example": {"es": [0.9]}}},
             "frag": {"l2_all": 104.0}, "train_seconds": 99.0, "checkpoint_sha256": {"target": "b"}}
-    report = drift.compare(a, _record(tmp_path, "b", near))
+    report = drift.compare(a, _record(tmp_path, "b", near), tolerance)
     assert report["verdict"] == "within tolerance" and report["weights"] == {"target": "other bits"}
     rows = {r["metric"]: r for r in report["rows"]}
     # per-example lists and wall times are not judged; a relative tolerance scales with the record
     assert set(rows) == {"/evaluation/target/es", "/evaluation/target/retain_perturbed/rouge", "/frag/l2_all"}
     assert rows["/evaluation/target/es"]["drift"] == pytest.approx(0.04) and rows["/frag/l2_all"]["tolerance"] == 5.0
     far = {**near, "frag": {"l2_all": 106.0}}
-    report = drift.compare(a, _record(tmp_path, "c", far))
+    report = drift.compare(a, _record(tmp_path, "c", far), tolerance)
     assert report["verdict"] == "outside tolerance"
     table = drift.format_report("02_target_and_gold/x", report)
     assert "/frag/l2_all" in table and table.count("OUTSIDE") == 1
@@ -85,3 +84,38 @@ def test_record_differences_leave_out_wall_times_and_name_each_difference():
     # checkpoints in two caches are the same place; other strings are compared
     assert drift.record_differences({"ckpt": "/cache/a/target"}, {"ckpt": "/other/b/target"}) == []
     assert drift.record_differences({"m": "npo"}, {"m": "ga"}) == ["/m: 'npo' against 'ga'"]
+
+
+def test_the_seed_spread_and_the_tolerances_derived_from_it_on_a_constructed_case():
+    evals = [{"target": {"es": es, "model_utility": mu, "retain_perturbed/rouge": r1, "world_facts_perturbed/rouge": r2,
+                         "per_example": {"es": [es]}},
+              "gold": {"es": g, "model_utility": mu, "retain_perturbed/rouge": 0.9, "world_facts_perturbed/rouge": 0.5}}
+             for es, mu, r1, r2, g in ((0.89, 0.33, 0.99, 0.55, 0.17), (0.95, 0.36, 0.98, 0.64, 0.20),
+                                       (0.91, 0.335, 0.99, 0.60, 0.16))]
+    spread = drift.seed_spread(evals)
+    assert spread["es"]["range"] == pytest.approx(0.06) and spread["es"]["where"] == "/target/es"
+    assert spread["rouge"]["range"] == pytest.approx(0.09)
+    assert spread["rouge"]["where"] == "/target/world_facts_perturbed/rouge"
+    assert spread["model_utility"]["range"] == pytest.approx(0.03)
+    derived = drift.derive_tolerances(spread)
+    # the larger of the range and the floor, rounded up to 0.01; the same kind of number measured elsewhere too
+    assert derived["es"] == derived["es_before"] == derived["es_after"] == 0.06
+    assert derived["rouge"] == 0.09 and derived["model_utility"] == derived["model_utility_after"] == 0.03
+    assert drift.derive_tolerances({"es": {"range": 0.001, "where": ""}})["es"] == drift.SEED_FLOOR
+    with pytest.raises(ValueError, match="two or more"):
+        drift.seed_spread(evals[:1])
+
+
+def test_the_tolerance_file_covers_the_recorded_spread():
+    """No tolerance is narrower than what the records show a seed alone moves: ΔES over the three
+    attack seeds of a Table 3 checkpoint, and each evaluation number over the target's training seeds
+    (once two or more of them are recorded)."""
+    from frag_utils import collect
+
+    tolerance = drift.load_tolerance()
+    checkpoints = collect.Collection("smol").table1(n_boot=1)["table3_checkpoints"]
+    assert tolerance["delta_es"][0] >= drift.attack_seed_range(list(checkpoints.delta_es))
+    evaluations = drift.recorded_seed_evaluations()
+    if len(evaluations) >= 2:
+        for metric, s in drift.seed_spread(list(evaluations.values())).items():
+            assert tolerance[metric][0] >= s["range"], (metric, s)
