@@ -720,3 +720,23 @@ def utility_bands(df: pd.DataFrame, edges: Sequence[float] = (0.5, 0.75, 1.0, np
     out = out.dropna(subset=["band"]).groupby(["band", "model"], observed=True).agg(
         checkpoints=("value", "size"), **{value: ("value", "mean")}, es_after=("es_after", "mean")).reset_index()
     return out
+
+
+def headline(table3: pd.DataFrame, subset: str = "all") -> pd.DataFrame:
+    """The README's one short table: per predictor of Table 3 over ``subset`` (``table3``:
+    :func:`table3_beside_authors` rows of one set of checkpoints), what the paper prints at 1B (its
+    FRAG column, which is cos F, in the FRAG row, as the paper names it), the authors' recomputation
+    from their checkpoints at 1B, this repository's ρ with its interval, and the checkpoints and
+    methods behind it. No sentence in a cell."""
+    authors = authors_table3()
+    printed = authors[authors.scale.eq("1B") & authors.source.str.startswith("paper")]
+    printed = printed.assign(predictor=printed.predictor.replace({"frag_printed": "frag_gap"}))
+    printed = printed.set_index(["subset", "predictor"]).rho
+    rows = table3[table3.subset.eq(subset)]
+    return pd.DataFrame({
+        "predictor": rows.predictor.map({"l2_all": "global L2", "FRAG_x100": "FRAG gap (Eq. 5)",
+                                         "A_f_x100": "cos(F, ΔW²)", "A_r_x100": "cos(R, ΔW²)"}),
+        "paper_1B": [printed.get((subset, AUTHORS_PREDICTOR[p]), np.nan) for p in rows.predictor],
+        "authors_1B": rows.authors_1B,
+        "ours": [f"{r:+.2f} [{lo:+.2f}, {hi:+.2f}]" for r, lo, hi in zip(rows.rho, rows.low, rows.high)],
+        "n": [f"{int(n)} ({int(m)} methods)" for n, m in zip(rows.n, rows.methods)]}).reset_index(drop=True)

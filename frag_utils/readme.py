@@ -23,7 +23,8 @@ BLOCKS = {
                     "table3_by_precision_checkpoints", "table3_recovered", "table3_extended", "claims", "claims_fp32",
                     "claims_table1", "strength_pilot", "protocol_pilot", "grid_times", "noise_controls",
                     "matched_controls", "ablation_lambda", "ablation_sparsity", "ablation_scoring",
-                    "attack_precision")},
+                    "attack_precision", "frontier_models", "frontier_utility_parts", "frontier_table3",
+                    "frontier_matched_utility", "headline")},
     "bench": "bench/results/summary.md",
 }
 

@@ -427,3 +427,16 @@ def test_the_stratified_rho_is_the_weighted_mean_of_the_within_method_rhos():
     # a method of two checkpoints has no within-method ρ: it counts in n, not in ρ
     two = A.stratified_spearman(np.r_[x, 30, 31], np.r_[y, 0.1, 0.2], groups + ["d", "d"], n_boot=50)
     assert two["rho"] == pytest.approx(res["rho"]) and two["n"] == 12 and np.isnan(two["per_group"]["d"][0])
+
+
+def test_the_headline_puts_the_papers_printed_value_the_authors_recomputation_and_ours_side_by_side():
+    rows = pd.DataFrame({"subset": ["all"] * 4 + ["w/o FRP"], "predictor": [*A.PAPER_TABLE3_PREDICTORS, "l2_all"],
+                         "rho": [0.3, -0.2, 0.1, 0.05, 0.4], "low": [-0.1, -0.8, -0.5, -0.6, 0.0],
+                         "high": [0.7, 0.5, 0.6, 0.6, 0.8], "n": [15] * 5, "methods": [5] * 4 + [4]})
+    table = A.headline(A.table3_beside_authors(rows))
+    assert list(table.columns) == ["predictor", "paper_1B", "authors_1B", "ours", "n"] and len(table) == 4
+    t = table.set_index("predictor")
+    # the paper prints "FRAG" at 1B as -0.92 (cos F alone); the authors' Eq. 5 gap recomputed is -0.66
+    assert t.loc["FRAG gap (Eq. 5)", "paper_1B"] == -0.92 and t.loc["FRAG gap (Eq. 5)", "authors_1B"] == -0.66
+    assert t.loc["global L2", "paper_1B"] == -0.56 and np.isnan(t.loc["cos(F, ΔW²)", "paper_1B"])
+    assert t.loc["global L2", "ours"] == "+0.30 [-0.10, +0.70]" and t.loc["global L2", "n"] == "15 (5 methods)"

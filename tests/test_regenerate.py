@@ -41,14 +41,14 @@ def test_notebook_09_run_twice_writes_identical_tables_figures_and_provenance(tm
     # the committed tables are what the code makes of the committed records (provenance differs
     # only by n_boot, and the tables with bootstrap intervals by their intervals)
     bootstrapped = ("table3_by_precision", "table3_recovered", "table3_extended", "claims", "claims_fp32",
-                    "table3_panels", "frontier_table3", "frontier_panels")
+                    "table3_panels", "frontier_table3", "frontier_panels", "headline")
     committed = paths.FIGURES_DIR / "smol"
     compared = [n for n in written if not n.endswith(".provenance.json") and n.split(".")[0] not in bootstrapped]
     assert sorted(compared) == sorted(p.name for p in committed.iterdir() if not p.name.endswith(".provenance.json")
                                       and p.name.split(".")[0] not in bootstrapped), "tables added or missing"
     stale = [n for n in compared if (copies[0] / n).read_bytes() != (committed / n).read_bytes()]
     # a bootstrapped table: every column but those the bootstrap count moves
-    moved = ["low", "high", "within_low", "within_high", "degenerate_resamples", "verdict", "what_follows"]
+    moved = ["low", "high", "within_low", "within_high", "degenerate_resamples", "verdict", "what_follows", "ours"]
     for name in bootstrapped:
         if (committed / f"{name}.csv").is_file():
             made, kept = (pd.read_csv(d / f"{name}.csv") for d in (copies[0], committed))
