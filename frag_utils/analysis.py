@@ -574,7 +574,7 @@ def _lowest(values: pd.Series, frp: float) -> tuple[str, bool]:
 
 
 def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: str = "bf16",
-                  min_utility_fraction: float = 0.5) -> pd.DataFrame:
+                  min_utility_fraction: float = 0.5, seed_spread: float = float("nan")) -> pd.DataFrame:
     """The paper's Table 1 claim, "FRP achieves the lowest post-attack ES/ΔES", one row per attack:
     FRP (P 0) against the lowest of the baselines (GA, GradDiff, NPO, RMU, SP), forget ES after the
     attack and ΔES, in the paper at 1B and here (``table1``: :func:`frag_utils.tables.table1`,
@@ -583,7 +583,10 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
     is compared with whose unlearned model, before any attack, has Model Utility (averaged over the
     splits) below ``min_utility_fraction`` of the target's, and FRP's low ES is not called robust
     when FRP is one of them. The verdict is read off the numbers. ``weights`` picks the precision
-    of ``table1``'s rows (the paper's numbers beside them are bf16 storage at 1B either way)."""
+    of ``table1``'s rows (the paper's numbers beside them are bf16 storage at 1B either way). A
+    margin between FRP and the lowest baseline smaller than ``seed_spread`` (the largest range of
+    ΔES over the attack seeds of one checkpoint) is named in the verdict: one seed cannot tell them
+    apart there."""
     paper = paper_table1()
     ours = table1[table1.weights.eq(weights) & table1.model.isin(list(TABLE1_KEYS))] if len(table1) else table1
     ours = ours.set_index(ours.model.map(TABLE1_KEYS)) if len(ours) else ours
@@ -606,6 +609,12 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
             delta, delta_low = _lowest(base[cols[1]], ours.loc["frp_p0", cols[1]])
             verdict = {(True, True): "holds", (True, False): "holds for ES, not for ΔES",
                        (False, True): "holds for ΔES, not for ES", (False, False): "does not hold"}[(es_low, delta_low)]
+            margins = {"ES": abs(ours.loc["frp_p0", cols[0]] - base[cols[0]].min()),
+                       "ΔES": abs(ours.loc["frp_p0", cols[1]] - base[cols[1]].min())}
+            inside = [f"{k} by {v:.3f}" for k, v in margins.items() if v < seed_spread]
+            if inside:
+                verdict += (f"; the margin in {' and '.join(inside)} is inside the attack-seed spread "
+                            f"({seed_spread:.3f}): one seed cannot tell FRP from the lowest baseline there")
             named = dict.fromkeys(["frp_p0", base[cols[0]].idxmin(), base[cols[1]].idxmin()])
             collapsed = [m for m in named if ours.loc[m, "mu_before"] < floor]
             if collapsed:
