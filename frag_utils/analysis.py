@@ -438,6 +438,9 @@ def _verdict(low: float, high: float, above: str, below: str) -> str:
     return "not resolved: the interval includes 0"
 
 
+# below this many methods an interval that resamples methods is nominal: a cluster bootstrap over few
+# clusters covers less than its level (a verdict "with 95 % confidence" says so)
+FEW_METHODS = 10
 # Table 3's checkpoints in the paper's protocol: 5 methods x 3 splits, 4 x 3 without FRP
 PLANNED_CHECKPOINTS = {"all": 15, "w/o FRP": 12}
 
@@ -496,6 +499,10 @@ def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16
                 verdict += f" (ρ(L2) − ρ(FRAG) {gap['gap']:+.2f} [{gap['low']:+.2f}, {gap['high']:+.2f}])"
             if low > 0:
                 verdict += "; L2 ranks in reverse with 95 % confidence: the larger updates recovered more"
+        methods = int(r.methods) if r is not None and "methods" in r and pd.notna(r.methods) else n
+        if "95 %" in verdict and methods < FEW_METHODS:
+            verdict += (f" (nominal: the interval resamples {methods} methods, and a bootstrap over so few clusters "
+                        "covers less than it says)")
         if n < planned.get(subset, 0) and verdict != "not measured yet":
             verdict = f"no verdict yet: {n} of {planned[subset]} checkpoints recorded"
         rows.append({"claim": claim, "subset": subset, "predictor": predictor,
