@@ -37,7 +37,7 @@ def main() -> None:
         if not entries:
             print(f"{file}: no healthy checkpoint on {split} recorded yet; not written")
             continue
-        text = HEADER.format(profile=args.profile, split=split) + yaml.safe_dump(entries, sort_keys=False, width=200)
+        text = HEADER.format(profile=args.profile, split=split) + yaml.safe_dump(entries, sort_keys=False, default_flow_style=None, width=1000)
         (grid.params_dir / file).write_text(text)
         print(f"{file}: {len(entries)} attacks of {len(entries) // len(collect.FRONTIER_SEEDS)} checkpoints")
 
