@@ -37,7 +37,8 @@ def main() -> None:
         if not entries:
             print(f"{file}: no healthy checkpoint on {split} recorded yet; not written")
             continue
-        text = HEADER.format(profile=args.profile, split=split) + yaml.safe_dump(entries, sort_keys=False, default_flow_style=None, width=1000)
+        body = yaml.safe_dump(entries, sort_keys=False, default_flow_style=None, width=1000)  # an entry a line
+        text = HEADER.format(profile=args.profile, split=split) + body
         (grid.params_dir / file).write_text(text)
         print(f"{file}: {len(entries)} attacks of {len(entries) // len(collect.FRONTIER_SEEDS)} checkpoints")
 
