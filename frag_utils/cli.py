@@ -134,6 +134,7 @@ def workflow(config: dict, specs: list | None = None, workdir: Path | None = Non
     Raises:
         RunError: a job failed (its error is printed above it), or Snakemake did not start.
     """
+    import fcntl
     import hashlib
     import shlex
     import subprocess
@@ -148,10 +149,19 @@ def workflow(config: dict, specs: list | None = None, workdir: Path | None = Non
         digest = hashlib.sha256(json.dumps([[s.notebook.stem, s.name] for s in specs]).encode()).hexdigest()[:16]
         config["specs"] = write_specs(specs, workdir / ".snakemake" / "frag" / f"specs-{digest}.json")
     command = [sys.executable, "-m", "snakemake", "--snakefile", str(paths.REPO_ROOT / "workflow" / "Snakefile"),
-               "--directory", str(workdir), "--cores", str(threads * jobs), "--quiet", "rules",
+               "--directory", str(workdir), "--cores", str(threads * jobs),
+               *([] if {"-n", "--dry-run", "--dryrun"} & set(extra) else ["--quiet", "rules"]),  # -n: each job
                "--config", *(f"{k}={v}" for k, v in config.items()),
                *(["--resources", f"gpu={gpus}"] if gpus else []), *extra]
-    code = subprocess.call(command)
+    # one workflow per checkout at a time; a lock a kill releases (Snakemake's own outlives a kill,
+    # so that typing the command again would need --unlock): Snakemake runs with --nolock
+    (workdir / ".snakemake").mkdir(parents=True, exist_ok=True)
+    with open(workdir / ".snakemake" / "frag.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise runs.RunError(f"another frag reproduce or frag run is running in {workdir}: wait for it") from None
+        code = subprocess.call([*command, "--nolock"])
     if code:
         raise runs.RunError(f"snakemake stopped with exit status {code} (a job failed: its error is above): "
                             f"{shlex.join(command)}")
