@@ -128,7 +128,8 @@ def workflow(config: dict, specs: list | None = None, workdir: Path | None = Non
     Args:
         config: ``profile``, ``select``, ``force`` (the Snakefile's docstring says each).
         specs: the runs to make instead of a profile's grid (``frag run``).
-        workdir: where Snakemake keeps its state, ``.snakemake/`` (default: the repository).
+        workdir: where Snakemake keeps its state, ``.snakemake/`` (default: the folder holding the
+            records' folder, the repository unless ``FRAG_RUNS_DIR`` names another).
         jobs: jobs side by side, each with its share of the threads (``FRAG_THREADS``, default 2).
         gpus: GPUs on this machine: one job on each, each seeing one (``CUDA_VISIBLE_DEVICES``).
     Raises:
@@ -141,7 +142,7 @@ def workflow(config: dict, specs: list | None = None, workdir: Path | None = Non
 
     from . import numerics, paths, runs
 
-    workdir = Path(workdir or paths.REPO_ROOT)
+    workdir = Path(workdir or paths.RUNS_DIR.parent)
     jobs = max(jobs, gpus, 1)
     threads = max(1, numerics.threads() // jobs)
     config = {k: v for k, v in {**config, "threads": threads, "gpus": gpus}.items() if v not in (None, "", False, 0)}

@@ -441,12 +441,9 @@ def plan(chosen: list[RunSpec], universe: list[RunSpec], force: bool = False) ->
 def dependency_grid(specs: list[RunSpec]) -> list[RunSpec]:
     """``specs``, then the runs of their profiles' grids that ``specs`` does not name: where the
     runs they read from are looked up (a run with overrides, a user's own file, the dry run's runs)."""
-    keys = {(s.notebook.stem, s.name) for s in specs}
-    found = list(specs)
-    for profile in dict.fromkeys(str(s.params.get("profile")) for s in specs):
-        if profile in profiles():
-            found += [s for s in grid(profile) if (s.notebook.stem, s.name) not in keys]
-    return found
+    keys, known = {(s.notebook.stem, s.name) for s in specs}, profiles()
+    grids = [grid(p) for p in dict.fromkeys(str(s.params.get("profile")) for s in specs) if p in known]
+    return [*specs, *(s for g in grids for s in g if (s.notebook.stem, s.name) not in keys)]
 
 
 def upstream(spec: RunSpec, specs: list[RunSpec]) -> list[RunSpec]:

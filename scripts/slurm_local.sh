@@ -86,7 +86,7 @@ status=0
 .venv/bin/python -m frag_utils reproduce --profile "$profile" -- --profile profiles/slurm \
   --slurm-no-account --slurm-status-command squeue --slurm-logdir "$work/slurm-logs" \
   --default-resources mem_mb=1500 runtime=60 --latency-wait 10 || status=$?
-echo "== ended $(date -u +%T) with status $status; sacct-free job list:"
+echo "== ended $(date -u +%T) with status $status; the SLURM jobs (sacct, else squeue):"
 sacct 2> /dev/null | head -40 || squeue --states=all 2> /dev/null | head -40 || true
 echo "records: $(find "$FRAG_RUNS_DIR" -name results.json | wc -l) results.json in $FRAG_RUNS_DIR"
 exit $status

@@ -13,7 +13,7 @@ import json
 import os
 from pathlib import Path
 
-from frag_utils import cache, paths, records
+from frag_utils import cache, paths
 
 STATE_ENV = "FRAG_FAKE_PAPERMILL"  # the state file; set, a new Python process installs the fake
 
@@ -79,7 +79,8 @@ def install(state: State):
         out = paths.RUNS_DIR / nb / parameters["run_name"]
         with open(output_path, "w") as f:
             json.dump({"partial": True}, f)
-        work = paths.checkpoint_dir("t", f"unlearned/{parameters['run_name']}").with_suffix(".work")
+        ckpt = paths.checkpoint_dir("t", f"unlearned/{parameters['run_name']}")
+        work = ckpt.with_name(f"{ckpt.name}.work")
         torn = [c for c in work.glob("checkpoint-*") if not (c / "trainer_state.json").is_file()]
         assert not torn, f"{nb} started beside a torn checkpoint {torn}"
         if n == state["kill_at"]:
@@ -112,6 +113,8 @@ def install(state: State):
             results.update(method=parameters["method"], unlearned=str(ckpt), evaluated_on=target, checkpoint_sha256={
                 "original": sha(target_dir), "unlearned": sha(ckpt)})
         if nb == "06_attacks":  # as notebook 06 reads the record of the model it attacks
+            from frag_utils import records  # imports torch: only where a record is read
+
             source = records.read_run("05_unlearn", parameters["unlearned_run"])
             unlearned = source["results"]["unlearned"]
             assert (Path(unlearned) / "model.safetensors").is_file(), "06 ran without its checkpoint"

@@ -203,23 +203,22 @@ def test_the_grid_through_snakemake_with_two_jobs_killed_midway_and_rerun_ends_w
         fake_grid, tmp_path, capfd):
     import shutil
 
-    cli.workflow({"profile": "t"}, workdir=tmp_path, jobs=2)
+    _make()  # uninterrupted (here, in plan order): the reference
     reference = _records(paths.RUNS_DIR)
-    assert len(fake_grid["calls"]) == 6 and fake_grid["calls"][0] == "02_target_and_gold/t"
-    assert "runs: 6 done, 0 remade, 0 skipped (complete)" in capfd.readouterr().err
-    cli.workflow({"profile": "t"}, workdir=tmp_path, jobs=2)  # everything complete: nothing runs
-    assert len(fake_grid["calls"]) == 6 and "t: 6 of 6 chosen runs complete; 0 to run" in capfd.readouterr().err
+    assert len(fake_grid["calls"]) == 6 and runs.plan(runs.grid("t"), runs.grid("t")) == []
     shutil.rmtree(paths.RUNS_DIR), shutil.rmtree(tmp_path / "cache")
     fake_grid.update(calls=[], kill_at=3)  # one of the 05 runs, killed while its Trainer wrote a checkpoint
     with pytest.raises(RunError, match="snakemake stopped"):
-        cli.workflow({"profile": "t"}, workdir=tmp_path, jobs=2)
+        cli.workflow({"profile": "t"}, jobs=2)
     killed = fake_grid["calls"][2]
-    assert killed.startswith("05_unlearn/") and not (paths.RUNS_DIR / killed / paths.RESULTS_FILE).exists()
+    assert fake_grid["calls"][0] == "02_target_and_gold/t" and killed.startswith("05_unlearn/")
+    assert not (paths.RUNS_DIR / killed / paths.RESULTS_FILE).exists()
     assert "not done (failed, or not reached" in capfd.readouterr().err
     fake_grid.update(calls=[], kill_at=None)
-    cli.workflow({"profile": "t"}, workdir=tmp_path, jobs=2)  # the fake refuses to start beside a torn checkpoint
+    cli.workflow({"profile": "t"}, jobs=2)  # the fake refuses to start beside a torn checkpoint
     calls = fake_grid["calls"]
     assert killed in calls and "02_target_and_gold/t" not in calls and len(calls) == len(set(calls))
+    assert f"runs: {len(calls)} done, 0 remade, 0 skipped (complete)" in capfd.readouterr().err
     leftovers = {k for k in _records(paths.RUNS_DIR) if k.rsplit("/", 1)[-1].startswith(".")}
     assert {k: v for k, v in _records(paths.RUNS_DIR).items() if k not in leftovers} == reference
 
@@ -227,22 +226,26 @@ def test_the_grid_through_snakemake_with_two_jobs_killed_midway_and_rerun_ends_w
 def test_a_checkpoint_two_jobs_need_is_remade_once_as_a_job_of_its_own(fake_grid, tmp_path, capfd):
     import shutil
 
-    _make()
-    (tmp_path / "params" / "t" / "06_attacks.lr.yaml").write_text(  # a second attack on the npo model
-        "{profile: t, unlearned_run: t__method=npo, lr: 1.0e-4}\n")
+    _make(chosen=[s for s in runs.grid("t") if s.notebook.stem != "06_attacks"])
     shutil.rmtree(tmp_path / "cache")  # a fresh machine: records committed, cache empty
     fake_grid.update(calls=[])
-    jobs = runs.plan(runs.grid("t"), runs.grid("t"))
-    attacks = [j for j in jobs if j.spec.notebook.stem == "06_attacks"]
-    assert _keys(jobs) == ["remade/02_target_and_gold/t", "remade/05_unlearn/t__method=npo",
-                           "06_attacks/t.lr__lr=0.0001"] and attacks[0].needs == ("remade/05_unlearn/t__method=npo",)
-    cli.workflow({"profile": "t"}, workdir=tmp_path, jobs=2)
-    assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo", "06_attacks/t.lr__lr=0.0001"]
-    assert "its checkpoint is not in the cache" in capfd.readouterr().err
+    # the profile's attacks at another rate, through Snakemake: the npo model's remake and the gold
+    # attack both need the target's, one job made before either
+    specs = runs.plan_run("06_attacks", "t/06_attacks.yaml", {"lr": 1e-4})
+    assert [(j.key, j.needs) for j in runs.plan(specs, runs.dependency_grid(specs))] == [
+        ("remade/02_target_and_gold/t", ()), ("remade/05_unlearn/t__method=npo", ("remade/02_target_and_gold/t",)),
+        ("06_attacks/t__lr=0.0001__unlearned_run=t__method=npo", ("remade/05_unlearn/t__method=npo",)),
+        ("06_attacks/t__lr=0.0001__unlearned_run=t__method=gold", ("remade/02_target_and_gold/t",))]
+    assert cli.main(["run", "06_attacks", "-f", "t/06_attacks.yaml", "-p", "lr", "1e-4", "--jobs", "2"]) == 0
+    calls = fake_grid["calls"]
+    assert calls[:2] == ["02_target_and_gold/t", "05_unlearn/t__method=npo"] or calls[:2] == [
+        "02_target_and_gold/t", "06_attacks/t__lr=0.0001__unlearned_run=t__method=gold"]
+    assert sorted(calls) == sorted(["02_target_and_gold/t", "05_unlearn/t__method=npo",
+                                    "06_attacks/t__lr=0.0001__unlearned_run=t__method=npo",
+                                    "06_attacks/t__lr=0.0001__unlearned_run=t__method=gold"])
+    assert "runs: 2 done, 2 remade, 0 skipped (complete)" in capfd.readouterr().err
     # two jobs asking for it at once, outside one workflow (two machines sharing the cache): made once
-    shutil.rmtree(tmp_path / "cache")
-    fake_grid.update(calls=[])
-    _make(select="02_target_and_gold", force=True)  # the target back, so that 05 can be remade
+    shutil.rmtree(tmp_path / "cache" / "checkpoints" / "t" / "unlearned--t__method=npo")
     fake_grid.update(calls=[])
     command = [sys.executable, "-m", "frag_utils", "run-one", "05_unlearn/t__method=npo", "--remake"]
     both = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(2)]
