@@ -135,7 +135,6 @@ def workflow(config: dict, specs: list | None = None, workdir: Path | None = Non
     Raises:
         RunError: a job failed (its error is printed above it), or Snakemake did not start.
     """
-    import fcntl
     import hashlib
     import shlex
     import subprocess
@@ -154,15 +153,9 @@ def workflow(config: dict, specs: list | None = None, workdir: Path | None = Non
                *([] if {"-n", "--dry-run", "--dryrun"} & set(extra) else ["--quiet", "rules"]),  # -n: each job
                "--config", *(f"{k}={v}" for k, v in config.items()),
                *(["--resources", f"gpu={gpus}"] if gpus else []), *extra]
-    # one workflow per checkout at a time; a lock a kill releases (Snakemake's own outlives a kill,
-    # so that typing the command again would need --unlock): Snakemake runs with --nolock
-    (workdir / ".snakemake").mkdir(parents=True, exist_ok=True)
-    with open(workdir / ".snakemake" / "frag.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise runs.RunError(f"another frag reproduce or frag run is running in {workdir}: wait for it") from None
-        code = subprocess.call([*command, "--nolock"])
+    # Snakemake's lock names each invocation's own stamps, so a lock a kill left never blocks the
+    # next invocation, and two (frag run beside make reproduce) may run side by side
+    code = subprocess.call(command)
     if code:
         raise runs.RunError(f"snakemake stopped with exit status {code} (a job failed: its error is above): "
                             f"{shlex.join(command)}")

@@ -222,9 +222,9 @@ def test_reproduce_runs_snakemake_with_each_job_its_share_of_the_threads(monkeyp
                  "--", "--profile", "profiles/slurm", "-n") == 2  # the second call "fails"
     one, two = commands
     assert one[1:3] == ["-m", "snakemake"] and one[one.index("--cores") + 1] == "4"
-    assert one[one.index("--config") + 1:] == ["profile=tiny", "threads=4", "--nolock"]
+    assert one[one.index("--config") + 1:] == ["profile=tiny", "threads=4"]
     assert two[two.index("--cores") + 1] == "4" and "threads=2" in two and "select=05_unlearn" in two
-    assert "force=1" in two and two[-4:] == ["--profile", "profiles/slurm", "-n", "--nolock"]
+    assert "force=1" in two and two[-3:] == ["--profile", "profiles/slurm", "-n"]
     assert "frag reproduce: error: snakemake stopped with exit status 1" in capsys.readouterr().err
     commands.clear()
     monkeypatch.setattr(subprocess, "call", lambda command: commands.append(command) or 0)
