@@ -7,6 +7,11 @@ STAMP := $(VENV)/.frag-installed
 PROFILE ?= smol
 SELECT ?=
 FORCE ?=
+# runs side by side (each with FRAG_THREADS / JOBS threads); GPUS: this machine's GPUs, one run on each;
+# SNAKEMAKE_ARGS: passed on, e.g. "--profile profiles/slurm" or "-n"
+JOBS ?= 1
+GPUS ?=
+SNAKEMAKE_ARGS ?=
 export FRAG_PROGRESS ?= 0
 
 .PHONY: setup test lint test-package test-notebooks reproduce verify bench clean-scratch
@@ -38,8 +43,10 @@ test-package: $(STAMP)
 test-notebooks: $(STAMP)
 	$(PY) -m pytest --nbval-lax notebooks/ -q -p no:cacheprovider
 
+# Snakemake's local executor runs the grid (workflow/Snakefile): it skips complete runs and makes first what a run reads
 reproduce: $(STAMP)
-	$(PY) -m frag_utils reproduce --profile $(PROFILE) $(if $(SELECT),--select $(SELECT),) $(if $(FORCE),--force,)
+	$(PY) -m frag_utils reproduce --profile $(PROFILE) --jobs $(JOBS) $(if $(GPUS),--gpus $(GPUS),) \
+	  $(if $(SELECT),--select $(SELECT),) $(if $(FORCE),--force,) $(if $(SNAKEMAKE_ARGS),-- $(SNAKEMAKE_ARGS),)
 
 # make verify RUN=02_target_and_gold/tiny: remake a recorded run (and what it reads) from an empty cache and print
 # its drift against the record; fails only outside papermill_runs/tolerance.yaml

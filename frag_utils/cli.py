@@ -1,15 +1,14 @@
 """Command line: ``frag eval``, ``frag score``, ``frag prune``, ``frag run``, ``frag reproduce``,
-``frag verify``, ``frag dry-run`` (also ``python -m frag_utils ...``)."""
+``frag run-one`` (a job of the workflow), ``frag verify``, ``frag dry-run`` (also ``python -m frag_utils ...``)."""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from .data import DataError
-from .models import ModelLoadError
-from .pruning import DEFAULT_LAM, DEFAULT_VETO, FRP_ABLATION_RULES, FRP_VARIANTS, SP_VARIANTS
 from .runs import RunError, profiles
 
 
@@ -104,24 +103,65 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _summary(log: list[dict], chosen: list[str], where: str) -> str:
-    """What a grid did, in two lines: runs done, skipped and failed (each run counted once, by its
-    last state) and those of ``chosen`` never reached; then ``where`` its outputs are, if given."""
-    last = {e["run"]: e["status"] for e in log}
-    counts = {s: sum(v == s for v in last.values()) for s in ("done", "skipped (complete)", "failed", "interrupted")}
-    unreached = [r for r in chosen if r not in last]
-    parts = [f"{counts['done']} done", f"{counts['skipped (complete)']} skipped (complete)",
-             f"{counts['failed']} failed"]
-    if counts["interrupted"]:
-        parts.append(f"{counts['interrupted']} interrupted")
-    if unreached:
-        parts.append(f"{len(unreached)} not reached")
-    failed = [r for r, v in last.items() if v in ("failed", "interrupted")]
-    return "\n".join([f"runs: {', '.join(parts)}" + (f" ({', '.join(failed)}; the error is below)" if failed else ""),
-                      *([where] if where else [])])
+def write_specs(specs: list, file: Path) -> Path:
+    """Write runs (:class:`~frag_utils.runs.RunSpec`) to a JSON file that :func:`read_specs` reads:
+    how ``frag run`` hands its runs to the workflow."""
+    file.parent.mkdir(parents=True, exist_ok=True)
+    file.write_text(json.dumps([{"notebook": s.notebook.stem, "name": s.name, "params": s.params} for s in specs],
+                               indent=1, default=str))
+    return file
 
 
-def _run(args: argparse.Namespace) -> list[dict]:
+def read_specs(file: str | Path) -> list:
+    """The runs :func:`write_specs` wrote."""
+    from . import parameters, runs
+
+    return [runs.RunSpec(parameters.resolve_notebook(r["notebook"]), r["params"], r["name"])
+            for r in json.loads(Path(file).read_text())]
+
+
+def workflow(config: dict, specs: list | None = None, workdir: Path | None = None, jobs: int = 1, gpus: int = 0,
+             extra: list[str] | tuple = ()) -> None:
+    """Run the grid's workflow (``workflow/Snakefile``) through Snakemake: its local executor, or
+    what ``extra`` names (``--profile profiles/slurm``); returns when it ends.
+
+    Args:
+        config: ``profile``, ``select``, ``force`` (the Snakefile's docstring says each).
+        specs: the runs to make instead of a profile's grid (``frag run``).
+        workdir: where Snakemake keeps its state, ``.snakemake/`` (default: the folder holding the
+            records' folder, the repository unless ``FRAG_RUNS_DIR`` names another).
+        jobs: jobs side by side, each with its share of the threads (``FRAG_THREADS``, default 2).
+        gpus: GPUs on this machine: one job on each, each seeing one (``CUDA_VISIBLE_DEVICES``).
+    Raises:
+        RunError: a job failed (its error is printed above it), or Snakemake did not start.
+    """
+    import hashlib
+    import shlex
+    import subprocess
+
+    from . import numerics, paths, runs
+
+    workdir = Path(workdir or paths.RUNS_DIR.parent)
+    jobs = max(jobs, gpus, 1)
+    threads = max(1, numerics.threads() // jobs)
+    config = {k: v for k, v in {**config, "threads": threads, "gpus": gpus}.items() if v not in (None, "", False, 0)}
+    if specs is not None:
+        digest = hashlib.sha256(json.dumps([[s.notebook.stem, s.name] for s in specs]).encode()).hexdigest()[:16]
+        config["specs"] = write_specs(specs, workdir / ".snakemake" / "frag" / f"specs-{digest}.json")
+    command = [sys.executable, "-m", "snakemake", "--snakefile", str(paths.REPO_ROOT / "workflow" / "Snakefile"),
+               "--directory", str(workdir), "--cores", str(threads * jobs),
+               *([] if {"-n", "--dry-run", "--dryrun"} & set(extra) else ["--quiet", "rules"]),  # -n: each job
+               "--config", *(f"{k}={v}" for k, v in config.items()),
+               *(["--resources", f"gpu={gpus}"] if gpus else []), *extra]
+    # Snakemake's lock names each invocation's own stamps, so a lock a kill left never blocks the
+    # next invocation, and two (frag run beside make reproduce) may run side by side
+    code = subprocess.call(command)
+    if code:
+        raise runs.RunError(f"snakemake stopped with exit status {code} (a job failed: its error is above): "
+                            f"{shlex.join(command)}")
+
+
+def _run(args: argparse.Namespace) -> None:
     from . import parameters, paths, runs
 
     overrides = {name: parameters.parse_cli_value(value) for name, value in args.param}
@@ -133,32 +173,64 @@ def _run(args: argparse.Namespace) -> list[dict]:
             shown = "; ".join(s.name for s in planned[:5]) + (" ..." if len(planned) > 5 else "")
             raise runs.RunError(f"--select {' and '.join(map(repr, args.select))} matches none of the {len(planned)} "
                                 f"run(s) planned ({shown}).")
-    universe = runs.dependency_grid(specs)  # upstream runs are remade as `frag reproduce` remakes them
-    log: list[dict] = []
-    try:
-        return runs.run_grid(specs, force=args.force, universe=universe, log=log)
-    finally:
-        where = (f"record: {runs.repo_relative(specs[0].out_dir)}/" if len(specs) == 1 else
-                 f"records: {runs.repo_relative(paths.RUNS_DIR / specs[0].notebook.stem)}/<run>/ for the {len(specs)} "
-                 f"runs of {args.file or args.notebook}")
-        names = [f"{s.notebook.stem}/{s.name}" for s in specs]
-        ended = any(e["run"] in names and e["status"] in ("done", "skipped (complete)") for e in log)
-        print(_summary(log, names, where if ended else ""), flush=True)  # no record to point to otherwise
+    universe = runs.dependency_grid(specs)
+    for spec in specs:  # a run reading from one nothing can make is refused before Snakemake starts
+        runs.needed_runs(spec, universe)
+    workflow({"force": int(args.force)}, specs, jobs=args.jobs, gpus=args.gpus, extra=args.snakemake)
+    print(f"record: {runs.repo_relative(specs[0].out_dir)}/" if len(specs) == 1 else
+          f"records: {runs.repo_relative(paths.RUNS_DIR / specs[0].notebook.stem)}/<run>/ for the {len(specs)} "
+          f"runs of {args.file or args.notebook}", flush=True)
 
 
-def _reproduce(args: argparse.Namespace) -> list[dict]:
+def _reproduce(args: argparse.Namespace) -> None:
     from . import paths, runs
 
-    specs = runs.grid(args.profile)
-    names = [f"{s.notebook.stem}/{s.name}" for s in specs]
-    chosen = [n for n in names if not args.select or args.select in n]
-    log: list[dict] = []
-    try:
-        return runs.run_grid(specs, force=args.force, select=args.select, log=log)
-    finally:
-        where = (f"records: {runs.repo_relative(paths.RUNS_DIR)}/<notebook>/{args.profile}*/; tables and figures: "
-                 f"{runs.repo_relative(paths.FIGURES_DIR / args.profile)}/ (collected by notebook 09_figures)")
-        print(_summary(log, chosen, where), flush=True)
+    workflow({"profile": args.profile, "select": args.select, "force": int(args.force)}, jobs=args.jobs,
+             gpus=args.gpus, extra=args.snakemake)
+    print(f"records: {runs.repo_relative(paths.RUNS_DIR)}/<notebook>/{args.profile}*/; tables and figures: "
+          f"{runs.repo_relative(paths.FIGURES_DIR / args.profile)}/ (collected by notebook 09_figures)", flush=True)
+
+
+def _gpu_slot(count: int):
+    """Hold one of ``count`` GPUs of this machine for this process (a lock file per GPU in the cache)
+    and show it alone to the notebook (``CUDA_VISIBLE_DEVICES``); a job under SLURM already sees its own."""
+    import fcntl
+    import os
+    import socket
+
+    from . import paths, runs
+
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return None
+    folder = paths.cache_dir() / "gpu-slots" / socket.gethostname()
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        handle = open(folder / f"{i}.lock", "w")  # noqa: SIM115 (held until the process ends)
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(i)
+        return handle
+    raise runs.RunError(f"all {count} GPUs of this machine are held by other jobs ({folder}).")
+
+
+def _run_one(args: argparse.Namespace) -> dict:
+    from . import runs
+
+    spec = runs.find_run(args.run, read_specs(args.specs) if args.specs else None)
+    slot = _gpu_slot(args.gpus) if args.gpus else None  # noqa: F841 (held while the run runs)
+    if args.remake:
+        report = runs.remake(spec, "its checkpoint is needed and not current in the cache", once=True)
+        entry = {"run": f"{spec.notebook.stem}/{spec.name}", "status": "remade", "drift": report["verdict"]}
+    else:
+        entry = runs.execute(spec, force=args.force)
+        print(f"{entry['run']}: {entry['status']} ({entry['seconds']} s)", flush=True)
+    if args.stamp:
+        Path(args.stamp).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.stamp).write_text(json.dumps(entry) + "\n")
+    return entry
 
 
 def _verify(args: argparse.Namespace) -> list[dict]:
@@ -184,7 +256,9 @@ def _dry_run(args: argparse.Namespace) -> list[dict]:
     return log
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command; given the ``command`` about to run, one that imports torch only
+    where that command needs it (a workflow job, ``run-one``, starts hundreds of times a grid)."""
     parser = argparse.ArgumentParser(prog="frag", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -225,6 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Prune a model with FRP (row-wise, the paper's Eq. 6) or Selective Pruning "
                                     "(MLP neurons), check the achieved sparsity, and save the checkpoint with a "
                                     "JSON record (frag_record.json) of settings and achieved sparsity.")
+    if command in (None, "prune"):  # its choices and defaults are the pruning module's (torch)
+        from .pruning import DEFAULT_LAM, DEFAULT_VETO, FRP_ABLATION_RULES, FRP_VARIANTS, SP_VARIANTS
+    else:  # another command runs: the prune parser is not used
+        DEFAULT_LAM = DEFAULT_VETO = None
+        FRP_VARIANTS = FRP_ABLATION_RULES = SP_VARIANTS = ()
     pr.add_argument("--model", required=True, help="smollm2-135m, tiny, a checkpoint directory or a hub id")
     pr.add_argument("--data", default="synthetic", help="synthetic, a directory of <config>.json, or a hub id")
     pr.add_argument("--forget-split", default="forget10")
@@ -275,30 +354,61 @@ def build_parser() -> argparse.ArgumentParser:
     dry.add_argument("--device", default="auto", type=_device, help="auto (a GPU when visible) | cpu | cuda")
     dry.set_defaults(func=_dry_run)
 
-    run = sub.add_parser("run", help="run one notebook through papermill, parameters checked")
+    def scheduling(command: argparse.ArgumentParser) -> None:
+        command.add_argument("--jobs", type=_positive_int, default=1,
+                             help="runs side by side, each with its share of FRAG_THREADS (default 1)")
+        command.add_argument("--gpus", type=int, default=0, help="GPUs on this machine: one run on each")
+        command.set_defaults(snakemake=[])  # what follows "--": snakemake's own options (main)
+
+    run = sub.add_parser("run", help="run one notebook through papermill, parameters checked (through Snakemake, "
+                                     "which makes first what it reads)")
     run.add_argument("notebook", help="e.g. 02_target_and_gold")
     run.add_argument("-p", "--param", nargs=2, action="append", default=[], metavar=("NAME", "VALUE"))
     run.add_argument("-f", "--file", help="YAML parameter file (a path, or relative to papermill_runs/params)")
     run.add_argument("--select", action="append", default=[], metavar="TEXT",
                      help="only the runs whose '<notebook>/<run>' name holds TEXT (repeat: every one)")
     run.add_argument("--force", action="store_true", help="rerun even if a complete record exists")
+    scheduling(run)
     run.set_defaults(func=_run)
 
     known = profiles()  # the folders of papermill_runs/params/
-    rep = sub.add_parser("reproduce", help="run a profile's grid (resumable)")
+    rep = sub.add_parser("reproduce", help="run a profile's grid through Snakemake (resumable; what follows -- "
+                                           "goes to snakemake, e.g. -- -n, -- --profile profiles/slurm)")
     rep.add_argument("--profile", default="smol", choices=known or None,
                      help="a folder of papermill_runs/params/ (default: smol)")
     rep.add_argument("--select", default=None, help="only runs whose '<notebook>/<run>' contains this")
     rep.add_argument("--force", action="store_true")
+    scheduling(rep)
     rep.set_defaults(func=_reproduce)
+
+    one = sub.add_parser("run-one", help="one job of the workflow: execute one run of a grid (or remake a recorded "
+                                         "one for its checkpoint) and write its stamp")
+    one.add_argument("run", help="<notebook>/<run folder>")
+    one.add_argument("--specs", default=None, help="a file of runs written by frag run, looked up first")
+    one.add_argument("--force", action="store_true", help="rerun even if a complete record exists")
+    one.add_argument("--remake", action="store_true", help="remake the recorded run into the cache for its checkpoint")
+    one.add_argument("--gpus", type=int, default=0, help="take one of this machine's N GPUs")
+    one.add_argument("--stamp", default=None, help="write the run's log entry (JSON) there when it ends")
+    one.set_defaults(func=_run_one)
     return parser
 
 
+def _model_errors() -> tuple:
+    """ModelLoadError when the models module is loaded (it raises nothing before; importing it loads torch)."""
+    models = sys.modules.get(f"{__package__}.models")
+    return (models.ModelLoadError,) if models else ()
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    args = build_parser(ours[0] if ours else None).parse_args(ours)
+    if extra and getattr(args, "snakemake", None) is None:
+        build_parser().error(f"options after -- go to snakemake: frag run or frag reproduce only, not {args.command}")
+    args.snakemake = extra
     try:
         out = args.func(args)
-    except (DataError, ModelLoadError, RunError, ValueError) as err:  # FragError, CalibrationError too
+    except (DataError, RunError, ValueError, *_model_errors()) as err:  # FragError, CalibrationError too
         print(f"frag {args.command}: error: {err}", file=sys.stderr)
         return 2
     if args.command in ("eval", "score", "prune"):

@@ -89,7 +89,7 @@ def dry_run(root: str | os.PathLike, device: str = "cpu") -> list[dict]:
     checkpoints in ``root/cache`` (which shares the embedded model's converted copy).
 
     Returns:
-        The runner's log (one entry per run).
+        One entry per run (:func:`frag_utils.runs.execute`).
     Raises:
         RunError: a run failed (the runner names the cell and keeps the partial notebook).
     """
@@ -107,7 +107,12 @@ def dry_run(root: str | os.PathLike, device: str = "cpu") -> list[dict]:
     try:  # and for the kernels
         with runs.environment(FRAG_CACHE_DIR=str(cache), FRAG_RUNS_DIR=str(root / "papermill_runs"),
                               FRAG_FIGURES_DIR=str(root / "figures")):
-            specs = plan(root, device)
-            return runs.run_grid(specs, universe=specs)
+            # every run is new here and the grid lists each before those that read it: run in order
+            # (make reproduce PROFILE=paper schedules the real grid through Snakemake)
+            log = []
+            for spec in plan(root, device):
+                log.append(runs.execute(spec))
+                print(f"{log[-1]['run']}: {log[-1]['status']} ({log[-1]['seconds']} s)", flush=True)
+            return log
     finally:
         paths.RUNS_DIR, paths.FIGURES_DIR = old_dirs

@@ -1,15 +1,15 @@
-"""Run notebooks through papermill with checked parameters (:mod:`frag_utils.parameters`);
-resumable grids of such runs, reruns that print their drift against the record.
+"""Run notebooks through papermill with checked parameters (:mod:`frag_utils.parameters`); plan
+the jobs that bring a grid of them up to date (Snakemake runs them: ``workflow/Snakefile``).
 
 * Output names are built from parameter values: ``papermill_runs/<notebook>/<run name>/``, the run
   name being the ``profile`` parameter plus any overrides, e.g. ``smol`` or ``smol__lr=0.0001``
   (``smol.table1__lr=0.0001`` for a run of ``05_unlearn.table1.yaml``).
 * A run is complete when its executed notebook and ``results.json`` are both in place and the
   record's parameters equal the requested ones (a parameter the notebook gained later counts as
-  equal at its default); complete runs are skipped, anything else is (re)done, written to a
+  equal at its default); complete runs are not planned, anything else is (re)done, written to a
   temporary file and renamed at the end.
 * A recorded run whose checkpoint a run needs and the cache lacks (a fresh machine, edited code)
-  is remade into the cache, and its drift against the record printed; the record stays. A
+  is remade into the cache, once, and its drift against the record printed; the record stays. A
   checkpoint half-written by a killed run is deleted before it reruns (:func:`drop_torn_checkpoints`).
 """
 from __future__ import annotations
@@ -25,7 +25,6 @@ from pathlib import Path
 
 from . import numerics, parameters, paths
 from .parameters import RunError
-from .progress import progress
 
 KERNEL = "frag"
 # Notebooks that only collect other runs' records: redone when what they read changed (collector_inputs)
@@ -348,105 +347,103 @@ def _find(notebook: str, name: str, specs: list[RunSpec]) -> RunSpec | None:
     return RunSpec(parameters.resolve_notebook(notebook), json.loads(results.read_text())["provenance"]["params"], name)
 
 
-def _execute_logged(spec: RunSpec, force: bool, log: list[dict], reason: str = "",
-                    record_to: Path | None = None) -> dict:
-    """:func:`execute`, its entry appended to ``log`` (a failed run's too, status ``failed``, or
-    ``interrupted`` for a kill) and printed unless skipped."""
-    start = time.time()
-    entry = {"run": f"{spec.notebook.stem}/{spec.name}", "status": "interrupted", "seconds": None}
-    try:
-        entry = execute(spec, force=force, record_to=record_to)
-    except Exception:
-        entry["status"] = "failed"
-        raise
-    finally:
-        if entry["seconds"] is None:  # failed or killed: how long it ran
-            entry["seconds"] = round(time.time() - start, 1)
-        if reason:
-            entry["reason"] = reason
-        log.append(entry)
-        if entry["status"] != "skipped (complete)":  # a grid of complete runs prints no line each
-            print(f"{entry['run']}: {entry['status']} ({entry['seconds']} s{'; ' + reason if reason else ''})",
-                  flush=True)
-    return entry
+def remake(spec: RunSpec, reason: str, once: bool = False) -> dict:
+    """Execute a recorded run again into ``<cache>/remade/<notebook>/<run>/`` (its committed record
+    stays) and print its drift against the record (:func:`frag_utils.drift.compare`); returns the
+    drift report. Under a lock in the cache; with ``once``, not when its checkpoints are current once
+    the lock is had (``already current``): two jobs, or machines sharing a cache, make one checkpoint once."""
+    import fcntl
 
-
-def remade_dir(spec: RunSpec) -> Path:
-    """Where a recorded run remade on this machine writes its record: the cache, beside the
-    checkpoint it remade (the committed record stays as it is)."""
-    return paths.cache_dir() / "remade" / spec.notebook.stem / spec.name
-
-
-def remake(spec: RunSpec, log: list[dict], reason: str) -> dict:
-    """Execute a recorded run again into :func:`remade_dir` and print its drift against the
-    committed record (:func:`frag_utils.drift.compare`); returns the drift report."""
     from . import drift
 
-    out = remade_dir(spec)
-    shutil.rmtree(out, ignore_errors=True)
-    entry = _execute_logged(spec, True, log, reason, record_to=out)
+    out = paths.cache_dir() / "remade" / spec.notebook.stem / spec.name
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{spec.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its process dies
+        if once and checkpoints_current(spec):
+            print(f"{spec.notebook.stem}/{spec.name}: its checkpoints are current (remade by another job)", flush=True)
+            return {"verdict": "already current"}
+        shutil.rmtree(out, ignore_errors=True)
+        entry = execute(spec, force=True, record_to=out)
     report = drift.compare(spec.out_dir / paths.RESULTS_FILE, out / paths.RESULTS_FILE)
-    entry["drift"] = report["verdict"]
+    print(f"{entry['run']}: done ({entry['seconds']} s; {reason})", flush=True)
     print(drift.format_report(entry["run"], report), flush=True)
     return report
 
 
-def _restore_needed(spec: RunSpec, specs: list[RunSpec], log: list[dict], checked: set) -> None:
-    """Before ``spec`` runs, every run it reads from is in place: run if unrecorded, remade
-    (:func:`remake`) if recorded but its checkpoint is missing from the cache or not current, what
-    those read from first. ``checked`` holds the runs already in place during this grid."""
-    for dep, record_only in needed_runs(spec, specs):
-        key = (dep.notebook.stem, dep.name)
-        if key in checked or dep.is_complete() and (record_only or checkpoints_current(dep)):
-            checked.add(key)
-            continue
-        _restore_needed(dep, specs, log, checked)
-        needed_by = f"needed by {spec.notebook.stem}/{spec.name}"
-        if not dep.is_complete():
-            _execute_logged(dep, False, log, needed_by)
-        elif not record_only and not checkpoints_current(dep):  # a gold run's model came back with its 02 run
-            remake(dep, log, f"{needed_by}: its checkpoint is not in the cache, or other code made it")
-        checked.add(key)
+@dataclass
+class Job:
+    """A run to execute, or a recorded run to remake for its checkpoints, after the jobs ``needs``."""
+
+    spec: RunSpec
+    remake: bool = False
+    force: bool = False
+    needs: tuple[str, ...] = ()
+    reason: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{'remade/' if self.remake else ''}{self.spec.notebook.stem}/{self.spec.name}"
 
 
-def run_grid(specs: list[RunSpec], force: bool = False, select: str | None = None,
-             universe: list[RunSpec] | None = None, log: list[dict] | None = None) -> list[dict]:
-    """Run every spec in order, skipping complete ones; each run executed prints one line.
+def plan(chosen: list[RunSpec], universe: list[RunSpec], force: bool = False) -> list[Job]:
+    """The jobs that bring ``chosen`` up to date, each after those it ``needs`` (the DAG that
+    ``workflow/Snakefile`` hands to Snakemake). A chosen run is a job when not complete
+    (:meth:`RunSpec.is_complete`) or ``force``; a collector also when what it reads changed
+    (:func:`collector_inputs`) or another run of its profile is a job. A run a job reads
+    (:func:`needed_runs`, in ``universe``) is a job before it when unrecorded, a remake
+    (:func:`remake`) when its checkpoint is not current in the cache; a committed record stays.
 
-    A run about to execute first gets the runs it reads from (:func:`_restore_needed`), so that a
-    fresh machine, whose cache is empty while the records are committed, can run any selection.
-
-    Args:
-        specs: the runs, in order; ``force``: rerun complete runs too; ``select``: keep only runs whose
-            ``<notebook>/<run name>`` contains this; ``universe``: where the runs they read from are
-            looked up (default ``specs``); ``log``: the entries are appended to it as they come.
-    Returns:
-        The log: per run ``run``, ``status`` (``done``, ``skipped (complete)``, ``failed``),
-        ``seconds``, ``reason`` for a run made because another reads from it, ``drift`` for a remake.
     Raises:
-        RunError: a run failed (the grid stops there), or reads from one nothing can make.
+        RunError: a run reads from one nothing can make.
     """
-    universe = specs if universe is None else universe
-    chosen = [s for s in specs if not select or select in f"{s.notebook.stem}/{s.name}"]
-    log = [] if log is None else log
-    checked: set = set()
-    for spec in progress(chosen, desc="runs", unit="run"):
-        if force or not spec.is_complete() or spec.notebook.stem in COLLECTORS:
-            _restore_needed(spec, universe, log, checked)
-        if _execute_logged(spec, force, log)["status"] == "done":
-            checked.add((spec.notebook.stem, spec.name))
-    return log
+    jobs: dict[str, Job] = {}
+    in_place: set[str] = set()
+    made_by: dict[Path, str] = {}  # checkpoint -> the remake that makes it
+
+    def needs(spec: RunSpec) -> tuple[str, ...]:
+        keys = []
+        for dep, record_only in needed_runs(spec, universe):
+            key, why = f"{dep.notebook.stem}/{dep.name}", f"needed by {spec.notebook.stem}/{spec.name}"
+            if key in in_place or {key, f"remade/{key}"} & set(jobs):
+                keys += [k for k in (key, f"remade/{key}") if k in jobs]
+                continue
+            if not dep.is_complete():
+                job = Job(dep, needs=needs(dep), reason=f"unrecorded, {why}")
+            elif not record_only and not checkpoints_current(dep):
+                upstream = needs(dep)
+                made = _made(json.loads((dep.out_dir / paths.RESULTS_FILE).read_text())["results"], dep.notebook.stem)
+                if made and all(c in made_by for c in made):  # a gold run's model: back with its 02 run's remake
+                    keys += sorted({made_by[c] for c in made})
+                    continue
+                job = Job(dep, True, needs=upstream, reason=f"its checkpoint is not in the cache, or other code made "
+                                                            f"it; {why}")
+                made_by.update(dict.fromkeys(made, job.key))
+            else:
+                in_place.add(key)
+                continue
+            jobs[job.key] = job
+            keys.append(job.key)
+        return tuple(keys)
+
+    for spec in chosen:
+        key, collector = f"{spec.notebook.stem}/{spec.name}", spec.notebook.stem in COLLECTORS
+        others = tuple(k for k, j in jobs.items() if collector and not j.remake
+                       and j.spec.params.get("profile") == spec.params.get("profile"))
+        recorded = spec.out_dir / INPUTS_FILE
+        changed = collector and (not recorded.is_file() or recorded.read_text().strip() != collector_inputs(spec))
+        if key not in jobs and (force or others or changed or not spec.is_complete()):
+            why = "forced" if force else "what it collects changed" if collector else "unrecorded or parameters changed"
+            jobs[key] = Job(spec, force=force, needs=(*needs(spec), *others), reason=why)
+    return list(jobs.values())
 
 
 def dependency_grid(specs: list[RunSpec]) -> list[RunSpec]:
-    """The grids of every profile of ``specs``, then those of ``specs`` they do not hold (a run with
-    overrides, a user's own file): where ``frag run`` looks up what a run reads, as ``frag reproduce`` does."""
-    universe: list[RunSpec] = []
-    for profile in dict.fromkeys(str(s.params.get("profile")) for s in specs):
-        if profile in profiles():
-            universe += grid(profile)
-    keys = {(s.notebook.stem, s.name) for s in universe}
-    return universe + [s for s in specs if (s.notebook.stem, s.name) not in keys]
+    """``specs``, then the runs of their profiles' grids that ``specs`` does not name: where the
+    runs they read from are looked up (a run with overrides, a user's own file, the dry run's runs)."""
+    keys, known = {(s.notebook.stem, s.name) for s in specs}, profiles()
+    grids = [grid(p) for p in dict.fromkeys(str(s.params.get("profile")) for s in specs) if p in known]
+    return [*specs, *(s for g in grids for s in g if (s.notebook.stem, s.name) not in keys)]
 
 
 def upstream(spec: RunSpec, specs: list[RunSpec]) -> list[RunSpec]:
@@ -459,19 +456,20 @@ def upstream(spec: RunSpec, specs: list[RunSpec]) -> list[RunSpec]:
     return out
 
 
-def find_run(run: str) -> tuple[RunSpec, list[RunSpec]]:
-    """``<notebook>/<run name>`` -> its spec and the grid of its profile.
+def find_run(run: str, specs: list[RunSpec] | None = None) -> RunSpec:
+    """``<notebook>/<run name>`` -> its spec: in ``specs`` and their profiles' grids
+    (:func:`dependency_grid`), else in the grid its name starts with, else a recorded run.
 
     Raises:
-        RunError: no such run in any profile's parameter files.
+        RunError: no such run.
     """
     notebook, _, name = run.strip("/").partition("/")
-    for specs in (grid(p) for p in profiles() if name.startswith(p)):
-        found = next((s for s in specs if (s.notebook.stem, s.name) == (notebook, name)), None)
-        if found:
-            return found, specs
-    raise RunError(f"No run '{run}' in the parameter files (papermill_runs/params/<profile>/); name it as "
-                   "<notebook>/<run folder>, e.g. 02_target_and_gold/tiny.")
+    found = _find(notebook, name, dependency_grid(specs) if specs else
+                  [s for p in profiles() if name.startswith(p) for s in grid(p)])
+    if found is None:
+        raise RunError(f"No run '{run}' in the parameter files (papermill_runs/params/<profile>/) or the records; "
+                       "name it as <notebook>/<run folder>, e.g. 02_target_and_gold/tiny.")
+    return found
 
 
 def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
@@ -486,8 +484,8 @@ def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
     Raises:
         RunError: an unknown or unrecorded run, or a workdir that is not empty.
     """
-    spec, specs = find_run(run)
-    chain = [*upstream(spec, specs), spec]
+    spec = find_run(run)
+    chain = [*upstream(spec, dependency_grid([spec])), spec]
     unrecorded = [f"{s.notebook.stem}/{s.name}" for s in chain if not s.is_complete()]
     if unrecorded:
         raise RunError(f"{', '.join(unrecorded)} has no record: verify compares a remake with a record; "
@@ -497,8 +495,7 @@ def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="frag-verify-"))
     try:
         with environment(FRAG_CACHE_DIR=str(root)):  # this process and the kernels it starts
-            log: list[dict] = []
-            return [{"run": f"{s.notebook.stem}/{s.name}", **remake(s, log, "make verify")} for s in chain]
+            return [{"run": f"{s.notebook.stem}/{s.name}", **remake(s, "make verify")} for s in chain]
     finally:
         if not workdir:
             shutil.rmtree(root, ignore_errors=True)

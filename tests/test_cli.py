@@ -130,13 +130,32 @@ def _main(*args) -> int:
         return exit_.code
 
 
-def test_run_of_one_notebook_remakes_the_checkpoints_it_reads_as_reproduce_does(fake_grid, tmp_path, capsys):
+@pytest.fixture()
+def in_process(fake_grid, tmp_path, monkeypatch):
+    """``frag run`` and ``frag reproduce`` with the workflow's jobs run here, in plan order (the
+    workflow itself is tested in test_runs.py); returns the configs they were given."""
+    from test_runs import _make
+
+    given = []
+
+    def workflow(config, specs=None, **kw):
+        given.append({**config, **kw})
+        _make(select=config.get("select"), force=bool(config.get("force")), chosen=specs,
+              specs=tmp_path / "specs.json" if specs else None)
+
+    monkeypatch.setattr(cli, "workflow", workflow)
+    return given
+
+
+def test_run_of_one_notebook_remakes_the_checkpoints_it_reads_as_reproduce_does(in_process, fake_grid, tmp_path,
+                                                                                capsys):
     import shutil
 
-    specs = runs.grid("t")
-    runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
+    from test_runs import _make
+
+    _make(chosen=[s for s in runs.grid("t") if s.notebook.stem != "06_attacks"])
     shutil.rmtree(tmp_path / "cache")  # a fresh clone: records committed, cache empty
-    fake_grid["calls"].clear()
+    fake_grid.update(calls=[])
     capsys.readouterr()
     # the README's rerun recipe: the profile's attacks at another learning rate
     assert _main("run", "06_attacks", "-f", "t/06_attacks.yaml", "-p", "lr", "1e-4") == 0
@@ -144,42 +163,27 @@ def test_run_of_one_notebook_remakes_the_checkpoints_it_reads_as_reproduce_does(
                                   "06_attacks/t__lr=0.0001__unlearned_run=t__method=npo",
                                   "06_attacks/t__lr=0.0001__unlearned_run=t__method=gold"]
     out = capsys.readouterr().out
-    assert "05_unlearn/t__method=npo: done (" in out and "its checkpoint is not in the cache" in out
-    assert "runs: 4 done, 0 skipped (complete), 0 failed" in out
-    fake_grid["calls"].clear()
+    assert "05_unlearn/t__method=npo: done (" in out and "its checkpoint is needed and not current" in out
+    assert "records: " in out and "for the 2 runs of t/06_attacks.yaml" in out
+    fake_grid.update(calls=[])
     assert _main("run", "06_attacks", "-f", "t/06_attacks.yaml", "-p", "lr", "1e-4") == 0
-    assert fake_grid["calls"] == [] and "runs: 0 done, 2 skipped (complete), 0 failed" in capsys.readouterr().out
+    assert fake_grid["calls"] == []
     # one run of the file: --select keeps the runs whose name holds every text given
     assert _main("run", "06_attacks", "-f", "t/06_attacks.yaml", "-p", "lr", "2e-4", "--select", "lr=0.0002",
-                 "--select", "method=gold") == 0
+                 "--select", "method=gold", "--jobs", "2") == 0
     assert fake_grid["calls"] == ["06_attacks/t__lr=0.0002__unlearned_run=t__method=gold"]
+    assert in_process[-1] == {"force": 0, "jobs": 2, "gpus": 0, "extra": []}
     capsys.readouterr()
     assert _main("run", "06_attacks", "-f", "t/06_attacks.yaml", "--select", "method=nope") == 2
     err = capsys.readouterr().err
     assert "--select 'method=nope' matches none of the 2 run(s) planned" in err and "Traceback" not in err
-
-
-def test_a_run_on_another_machine_prints_the_drift_of_what_it_remade_and_goes_on(fake_grid, tmp_path, capsys):
-    import shutil
-
-    specs = runs.grid("t")
-    runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
-    shutil.rmtree(tmp_path / "cache")
-    fake_grid.update(calls=[], target_es=0.8)  # this machine trains another target
-    capsys.readouterr()
-    assert _main("run", "06_attacks", "-p", "profile", "t", "-p", "unlearned_run", "t__method=npo") == 0
-    captured = capsys.readouterr()
-    assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo",
-                                  "06_attacks/t__unlearned_run=t__method=npo"]
-    assert "02_target_and_gold/t: remade, outside tolerance of its record" in captured.out
-    assert "runs: 3 done, 0 skipped (complete), 0 failed" in captured.out and "Traceback" not in captured.err
     assert _main("run", "06_attacks", "-p", "profile", "t", "-p", "unlearned_run", "t__method=nope") == 2
-    err = capsys.readouterr().err.strip()
+    err = capsys.readouterr().err.strip()  # refused before the workflow starts
     assert "reads from 05_unlearn/t__method=nope, which has no record" in err and "\n" not in err
 
 
 def test_verify_passes_within_tolerance_and_fails_outside_it_in_one_line(fake_grid, tmp_path, capsys):
-    runs.run_grid([s for s in runs.grid("t") if s.notebook.stem == "02_target_and_gold"])
+    runs.execute(runs.grid("t")[0])
     capsys.readouterr()
     assert _main("verify", "02_target_and_gold/t", "--workdir", str(tmp_path / "v1")) == 0
     assert "02_target_and_gold/t: remade, bit-identical to its record" in capsys.readouterr().out
@@ -193,25 +197,57 @@ def test_verify_passes_within_tolerance_and_fails_outside_it_in_one_line(fake_gr
         "results"]["evaluation"]["target"]["es"] == 0.9  # the record is untouched
 
 
-def test_a_failed_run_is_one_paragraph_and_counted_in_the_summary(fake_grid, capsys):
-    fake_grid["fail_at"] = 2  # 05_unlearn/t__method=ga
-    assert _main("reproduce", "--profile", "t") == 2
-    captured = capsys.readouterr()
-    assert captured.err.startswith("frag reproduce: error: 05_unlearn/t__method=ga failed in cell [3]: "
-                                   "FileNotFoundError")
-    assert "runs: 1 done, 0 skipped (complete), 1 failed, 4 not reached (05_unlearn/t__method=ga; the error is below)" \
-        in captured.out
-    assert not (paths.RUNS_DIR / "05_unlearn").exists()
+def test_a_failed_job_is_one_paragraph_and_writes_no_stamp(fake_grid, tmp_path, capsys):
+    fake_grid["fail_at"] = 1
+    stamp = tmp_path / "stamps" / "x.done"
+    assert _main("run-one", "02_target_and_gold/t", "--stamp", str(stamp)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("frag run-one: error: 02_target_and_gold/t failed in cell [3]: FileNotFoundError")
+    assert err.count("\n") == 1 and not stamp.exists() and not (paths.RUNS_DIR / "02_target_and_gold").exists()
+    fake_grid["fail_at"] = None
+    assert _main("run-one", "02_target_and_gold/t", "--stamp", str(stamp)) == 0
+    assert json.loads(stamp.read_text())["status"] == "done"
+    assert _main("run-one", "02_target_and_gold/nope") == 2 and "No run '02_target_and_gold/nope'" in \
+        capsys.readouterr().err
 
 
-def test_reproduce_prints_the_runs_it_executes_and_counts_the_rest(fake_grid, capsys):
-    assert _main("reproduce", "--profile", "t") == 0
-    out = capsys.readouterr().out
-    assert out.count(": done (") == 6 and "runs: 6 done, 0 skipped (complete), 0 failed" in out
-    assert "tables and figures: " in out and "/t/" in out
-    assert _main("reproduce", "--profile", "t", "--select", "05_unlearn") == 0
-    out = capsys.readouterr().out
-    assert "skipped (complete) (" not in out and out.startswith("runs: 0 done, 3 skipped (complete), 0 failed")
+def test_reproduce_runs_snakemake_with_each_job_its_share_of_the_threads(monkeypatch, capsys):
+    import subprocess
+
+    commands = []
+    monkeypatch.setattr(subprocess, "call", lambda command: commands.append(command) or len(commands) - 1)
+    monkeypatch.setenv("FRAG_THREADS", "4")
+    assert _main("reproduce", "--profile", "tiny") == 0
+    assert _main("reproduce", "--profile", "paper", "--jobs", "2", "--select", "05_unlearn", "--force",
+                 "--", "--profile", "profiles/slurm", "-n") == 2  # the second call "fails"
+    one, two = commands
+    assert one[1:3] == ["-m", "snakemake"] and one[one.index("--cores") + 1] == "4"
+    assert one[one.index("--config") + 1:] == ["profile=tiny", "threads=4"]
+    assert two[two.index("--cores") + 1] == "4" and "threads=2" in two and "select=05_unlearn" in two
+    assert "force=1" in two and two[-3:] == ["--profile", "profiles/slurm", "-n"]
+    assert "frag reproduce: error: snakemake stopped with exit status 1" in capsys.readouterr().err
+    commands.clear()
+    monkeypatch.setattr(subprocess, "call", lambda command: commands.append(command) or 0)
+    assert _main("reproduce", "--profile", "paper", "--gpus", "2") == 0  # one job on each GPU
+    (three,) = commands
+    assert three[three.index("--resources") + 1] == "gpu=2" and "gpus=2" in three and "threads=2" in three
+
+
+def test_a_job_takes_a_free_gpu_of_the_machine_and_holds_it(monkeypatch, tmp_path):
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    first = cli._gpu_slot(2)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    second = cli._gpu_slot(2)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    with pytest.raises(runs.RunError, match="all 2 GPUs of this machine are held"):
+        cli._gpu_slot(2)
+    first.close()  # its job ended
+    assert cli._gpu_slot(2) is not None and os.environ["CUDA_VISIBLE_DEVICES"] == "0"
+    second.close()
+    assert cli._gpu_slot(2) is None  # a job that already sees its GPU (SLURM) keeps it
 
 
 def test_reproduce_help_lists_every_profile(capsys):

@@ -1,9 +1,12 @@
 import json
 import os
+import subprocess
+import sys
 
+import fake_papermill
 import pytest
 
-from frag_utils import cache, parameters, paths, records, runs
+from frag_utils import cache, cli, parameters, paths, runs
 from frag_utils.runs import RunError
 
 
@@ -146,22 +149,20 @@ def test_a_parameter_added_later_at_its_default_keeps_older_records_complete(tmp
     assert parameters.params_key(older) != parameters.params_key(spec.params)
 
 
-class _FakeKill(BaseException):
-    """A kill in the middle of a notebook (not an Exception: nothing may catch it)."""
-
-
 @pytest.fixture()
 def fake_grid(tmp_path, monkeypatch):
-    """A small grid (02 -> two 05 runs -> a 06 run on one of them) whose notebooks are replaced by
-    a fake papermill that writes what the real ones write: the executed notebook (first to a
-    temporary file), results.json, and the checkpoints 02 and 05 cache. ``kill_at`` kills the
-    n-th execution midway (its temporary notebook written, no record); ``fail_at`` makes it fail
-    there with an error in a cell."""
+    """A small grid (02 -> three 05 runs -> a 06 run on two of them) whose notebooks are run by a
+    fake papermill (tests/fake_papermill.py), here and in every process Snakemake starts."""
     import papermill
 
     monkeypatch.setattr(paths, "RUNS_DIR", tmp_path / "runs")
     monkeypatch.setattr(paths, "PARAMS_DIR", tmp_path / "params")
-    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "cache"))
+    env = {"FRAG_CACHE_DIR": tmp_path / "cache", "FRAG_RUNS_DIR": tmp_path / "runs", "FRAG_THREADS": 1,
+           "FRAG_FAKE_PARAMS": tmp_path / "params", "FRAG_FAKE_PAPERMILL": tmp_path / "fake.json",
+           "PYTHONPATH": os.pathsep.join([str(paths.REPO_ROOT / "tests" / "fake_site"),
+                                          os.environ.get("PYTHONPATH", "")])}
+    for k, v in env.items():
+        monkeypatch.setenv(k, str(v))
     folder = tmp_path / "params" / "t"
     folder.mkdir(parents=True)
     (folder / "02_target_and_gold.yaml").write_text("{profile: t}\n")
@@ -170,157 +171,127 @@ def fake_grid(tmp_path, monkeypatch):
                                             "- {profile: t, original: profile-target, method: gold}\n")
     (folder / "06_attacks.yaml").write_text("- {profile: t, unlearned_run: t__method=npo}\n"
                                             "- {profile: t, unlearned_run: t__method=gold}\n")
-    state = {"calls": [], "kill_at": None, "fail_at": None, "target_es": 0.9}
-
-    def fake(input_path, output_path, parameters, **_):
-        import warnings
-
-        from papermill.exceptions import PapermillExecutionError
-
-        with warnings.catch_warnings():  # the check papermill makes where it writes the notebook
-            warnings.simplefilter("error")
-            papermill.iorw.papermill_io.get_handler(output_path, extensions=[".ipynb", ".json"])
-        nb = input_path.rsplit("/", 1)[-1].removesuffix(".ipynb")
-        state["calls"].append(f"{nb}/{parameters['run_name']}")
-        out = paths.RUNS_DIR / nb / parameters["run_name"]
-        with open(output_path, "w") as f:
-            json.dump({"partial": True}, f)
-        if len(state["calls"]) == state["kill_at"]:
-            raise _FakeKill()
-        if len(state["calls"]) == state["fail_at"]:  # an error in a cell, as papermill reports it
-            raise PapermillExecutionError(cell_index=5, exec_count=3, source="x", ename="FileNotFoundError",
-                                          evalue="The checkpoint of 05_unlearn/x is not in the cache.\nRun it.",
-                                          traceback=[])
-        results = {"n": len(parameters["run_name"])}
-        if nb == "02_target_and_gold":  # the weights follow from the training's outcome (target_es)
-            for role in ("target", "gold_forget10"):
-                _fake_checkpoint(paths.checkpoint_dir("t", role), {"role": role}, {}, f"{role} {state['target_es']}")
-            if len(state["calls"]) == state.get("kill_late"):  # killed in the evaluation, its checkpoints saved
-                raise _FakeKill()
-            roles = {"target": "target", "gold": "gold_forget10"}  # as notebook 02 names them
-            results["checkpoints"] = {k: str(paths.checkpoint_dir("t", r)) for k, r in roles.items()}
-            results["checkpoint_sha256"] = {k: _sha(paths.checkpoint_dir("t", r)) for k, r in roles.items()}
-            results["evaluation"] = {"target": {"es": state["target_es"]}}
-        if nb == "05_unlearn":
-            target_dir = paths.checkpoint_dir("t", "target")
-            assert (target_dir / "model.safetensors").is_file(), "05 ran without its target"
-            target = (target_dir / "model.safetensors").read_text()
-            if parameters["method"] == "gold":  # points to notebook 02's gold model
-                ckpt = paths.checkpoint_dir("t", "gold_forget10")
-            else:  # unlearned from the target it read, reused when cached under the same key
-                ckpt = paths.checkpoint_dir("t", f"unlearned/{parameters['run_name']}")
-                _fake_checkpoint(ckpt, {"method": parameters["method"]}, {"original": str(target_dir)},
-                                 f"{parameters['method']} of {target}")
-            results.update(method=parameters["method"], unlearned=str(ckpt), evaluated_on=target, checkpoint_sha256={
-                "original": _sha(target_dir), "unlearned": _sha(ckpt)})
-        if nb == "06_attacks":  # as notebook 06 reads the record of the model it attacks
-            source = records.read_run("05_unlearn", parameters["unlearned_run"])
-            unlearned = source["results"]["unlearned"]
-            assert (paths.Path(unlearned) / "model.safetensors").is_file(), "06 ran without its checkpoint"
-            results["checkpoint_sha256"] = {"attacked": _sha(paths.Path(unlearned))}
-            results["before"] = (paths.Path(unlearned) / "model.safetensors").read_text()
-        out = paths.Path(os.environ.get(paths.RECORD_TO_ENV) or out)  # as paths.run_dir does
-        (out / paths.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": parameters}, "results": results}))
-        with open(output_path, "w") as f:
-            json.dump({"executed": parameters["run_name"]}, f)
-
-    monkeypatch.setattr(papermill, "execute_notebook", fake)
+    monkeypatch.setattr(papermill, "execute_notebook", papermill.execute_notebook)  # put back after the test
+    state = fake_papermill.State(tmp_path / "fake.json")
+    fake_papermill.install(state)
     return state
 
 
-def _fake_checkpoint(folder, settings, inputs, weights):
-    """A checkpoint as the notebooks cache one (:func:`cache.checkpoint`), its weights a text."""
-    def make(folder, work):
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / "config.json").write_text("{}")
-        (folder / "model.safetensors").write_text(weights)
-        return {}
-
-    cache.checkpoint(folder, "fake", settings, inputs, make)
-
-
-def _sha(folder):
-    import hashlib
-
-    return hashlib.sha256((paths.Path(folder) / "model.safetensors").read_bytes()).hexdigest()
+def _make(select=None, force=False, chosen=None, specs=None):
+    """What the workflow does with grid "t", here and in plan order: :func:`runs.plan`, then each
+    job through ``frag run-one`` (a failed job raises its RunError). Returns the jobs."""
+    universe = runs.dependency_grid(chosen) if chosen else runs.grid("t")
+    chosen = [s for s in chosen or universe if not select or select in f"{s.notebook.stem}/{s.name}"]
+    jobs = runs.plan(chosen, universe, force)
+    extra = ["--specs", str(cli.write_specs(chosen, specs))] if specs else []
+    for job in jobs:
+        args = [job.key.removeprefix("remade/"), *extra, *(["--remake"] if job.remake else [])]
+        ns = cli.build_parser().parse_args(["run-one", *args, *(["--force"] if job.force else [])])
+        ns.func(ns)
+    return jobs
 
 
 def _records(root):
     return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def test_a_grid_killed_midway_and_restarted_ends_with_the_records_of_an_uninterrupted_one(fake_grid, tmp_path):
+def _keys(jobs):
+    return [j.key for j in jobs]
+
+
+def test_the_grid_through_snakemake_with_two_jobs_killed_midway_and_rerun_ends_with_the_records_of_an_uninterrupted_one(
+        fake_grid, tmp_path, capfd):
     import shutil
 
-    runs.run_grid(runs.grid("t"))
+    _make()  # uninterrupted (here, in plan order): the reference
     reference = _records(paths.RUNS_DIR)
-    assert len(fake_grid["calls"]) == 6
+    assert len(fake_grid["calls"]) == 6 and runs.plan(runs.grid("t"), runs.grid("t")) == []
     shutil.rmtree(paths.RUNS_DIR), shutil.rmtree(tmp_path / "cache")
-    fake_grid.update(calls=[], kill_at=3)  # killed during the second 05 run
-    with pytest.raises(_FakeKill):
-        runs.run_grid(runs.grid("t"))
-    killed = paths.RUNS_DIR / "05_unlearn" / "t__method=npo"
-    assert not (killed / paths.RESULTS_FILE).exists() and not (killed / "05_unlearn.ipynb").exists()
+    fake_grid.update(calls=[], kill_at=3)  # one of the 05 runs, killed while its Trainer wrote a checkpoint
+    with pytest.raises(RunError, match="snakemake stopped"):
+        cli.workflow({"profile": "t"}, jobs=2)
+    killed = fake_grid["calls"][2]
+    assert fake_grid["calls"][0] == "02_target_and_gold/t" and killed.startswith("05_unlearn/")
+    assert not (paths.RUNS_DIR / killed / paths.RESULTS_FILE).exists()
+    assert "not done (failed, or not reached" in capfd.readouterr().err
     fake_grid.update(calls=[], kill_at=None)
-    runs.run_grid(runs.grid("t"))
-    # the finished runs are skipped
-    assert fake_grid["calls"] == ["05_unlearn/t__method=npo", "05_unlearn/t__method=gold",
-                                  "06_attacks/t__unlearned_run=t__method=npo",
-                                  "06_attacks/t__unlearned_run=t__method=gold"]
+    cli.workflow({"profile": "t"}, jobs=2)  # the fake refuses to start beside a torn checkpoint
+    calls = fake_grid["calls"]
+    assert killed in calls and "02_target_and_gold/t" not in calls and len(calls) == len(set(calls))
+    assert f"runs: {len(calls)} done, 0 remade, 0 skipped (complete)" in capfd.readouterr().err
     leftovers = {k for k in _records(paths.RUNS_DIR) if k.rsplit("/", 1)[-1].startswith(".")}
     assert {k: v for k, v in _records(paths.RUNS_DIR).items() if k not in leftovers} == reference
 
 
-def test_a_run_whose_inputs_are_recorded_but_not_cached_remakes_them_first(fake_grid, tmp_path):
+def test_a_checkpoint_two_jobs_need_is_remade_once_as_a_job_of_its_own(fake_grid, tmp_path, capfd):
+    import shutil
+
+    _make(chosen=[s for s in runs.grid("t") if s.notebook.stem != "06_attacks"])
+    shutil.rmtree(tmp_path / "cache")  # a fresh machine: records committed, cache empty
+    fake_grid.update(calls=[])
+    # the profile's attacks at another rate, through Snakemake: the npo model's remake and the gold
+    # attack both need the target's, one job made before either
+    specs = runs.plan_run("06_attacks", "t/06_attacks.yaml", {"lr": 1e-4})
+    assert [(j.key, j.needs) for j in runs.plan(specs, runs.dependency_grid(specs))] == [
+        ("remade/02_target_and_gold/t", ()), ("remade/05_unlearn/t__method=npo", ("remade/02_target_and_gold/t",)),
+        ("06_attacks/t__lr=0.0001__unlearned_run=t__method=npo", ("remade/05_unlearn/t__method=npo",)),
+        ("06_attacks/t__lr=0.0001__unlearned_run=t__method=gold", ("remade/02_target_and_gold/t",))]
+    assert cli.main(["run", "06_attacks", "-f", "t/06_attacks.yaml", "-p", "lr", "1e-4", "--jobs", "2"]) == 0
+    calls = fake_grid["calls"]
+    assert calls[:2] == ["02_target_and_gold/t", "05_unlearn/t__method=npo"] or calls[:2] == [
+        "02_target_and_gold/t", "06_attacks/t__lr=0.0001__unlearned_run=t__method=gold"]
+    assert sorted(calls) == sorted(["02_target_and_gold/t", "05_unlearn/t__method=npo",
+                                    "06_attacks/t__lr=0.0001__unlearned_run=t__method=npo",
+                                    "06_attacks/t__lr=0.0001__unlearned_run=t__method=gold"])
+    assert "runs: 2 done, 2 remade, 0 skipped (complete)" in capfd.readouterr().err
+    # two jobs asking for it at once, outside one workflow (two machines sharing the cache): made once
+    shutil.rmtree(tmp_path / "cache" / "checkpoints" / "t" / "unlearned--t__method=npo")
+    fake_grid.update(calls=[])
+    command = [sys.executable, "-m", "frag_utils", "run-one", "05_unlearn/t__method=npo", "--remake"]
+    both = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    out = "".join(p.communicate()[0] for p in both)
+    assert [p.returncode for p in both] == [0, 0] and fake_grid["calls"] == ["05_unlearn/t__method=npo"]
+    assert "its checkpoints are current (remade by another job)" in out
+
+
+def test_a_run_whose_inputs_are_recorded_but_not_cached_remakes_them_first(fake_grid, tmp_path, capsys):
     import shutil
 
     specs = runs.grid("t")
-    runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
+    _make(chosen=[s for s in specs if s.notebook.stem != "06_attacks"])
     shutil.rmtree(tmp_path / "cache")  # a fresh machine: records committed, cache empty
-    fake_grid["calls"].clear()
-    log = runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=npo")
+    fake_grid.update(calls=[])
+    jobs = _make(select="06_attacks/t__unlearned_run=t__method=npo")
     # the attack needs the npo checkpoint, which needs the target: remade in that order, ga untouched
     assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo",
                                   "06_attacks/t__unlearned_run=t__method=npo"]
-    assert "not in the cache" in log[1]["reason"] and log[1]["run"] == "05_unlearn/t__method=npo"
-    fake_grid["calls"].clear()
-    runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=npo")  # everything in place: nothing runs
-    assert fake_grid["calls"] == []
-
-
-def test_a_whole_grid_on_a_fresh_machine_remakes_what_each_unrecorded_run_reads(fake_grid, tmp_path):
-    import shutil
-
-    specs = runs.grid("t")
-    runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
+    assert "not in the cache" in jobs[1].reason and jobs[1].key == "remade/05_unlearn/t__method=npo"
+    assert runs.plan([s for s in specs if "method=npo" in s.name and s.notebook.stem == "06_attacks"], specs) == []
+    # the whole grid: 02 and 05 are recorded; the gold run's checkpoint is notebook 02's, back with 02
     shutil.rmtree(tmp_path / "cache")
-    fake_grid["calls"].clear()
-    runs.run_grid(specs)  # 02 and 05 are skipped as recorded; the attacks need their checkpoints back
-    # the gold run's checkpoint is notebook 02's gold model: back with 02, so 05/gold is not redone
-    assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo",
-                                  "06_attacks/t__unlearned_run=t__method=npo",
-                                  "06_attacks/t__unlearned_run=t__method=gold"]
+    shutil.rmtree(paths.RUNS_DIR / "06_attacks")
+    assert _keys(runs.plan(specs, specs)) == [
+        "remade/02_target_and_gold/t", "remade/05_unlearn/t__method=npo", "06_attacks/t__unlearned_run=t__method=npo",
+        "06_attacks/t__unlearned_run=t__method=gold"]
 
 
 def test_a_remake_that_differs_prints_its_drift_goes_on_and_keeps_the_committed_record(fake_grid, tmp_path, capsys):
     import shutil
 
     specs = runs.grid("t")
-    runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
+    _make(chosen=[s for s in specs if s.notebook.stem != "06_attacks"])
     before = _records(paths.RUNS_DIR)
     shutil.rmtree(tmp_path / "cache")  # a fresh machine, whose training comes out otherwise
     fake_grid.update(calls=[], target_es=0.8)
     capsys.readouterr()
-    log = runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=npo")
+    _make(select="06_attacks/t__unlearned_run=t__method=npo")
     printed = capsys.readouterr().out
-    assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo",
-                                  "06_attacks/t__unlearned_run=t__method=npo"]
     assert "02_target_and_gold/t: remade, outside tolerance of its record" in printed
     assert "/evaluation/target/es" in printed and "OUTSIDE" in printed  # 0.8 against 0.9
-    assert [e.get("drift") for e in log[:2]] == ["outside tolerance", "within tolerance"]
+    assert "05_unlearn/t__method=npo: remade, within tolerance" in printed
     # the committed records are kept; the remade ones lie in the cache beside the checkpoints
     assert {k: v for k, v in _records(paths.RUNS_DIR).items() if k in before} == before
-    remade = json.loads((runs.remade_dir(specs[0]) / paths.RESULTS_FILE).read_text())
+    remade = json.loads((tmp_path / "cache" / "remade" / "02_target_and_gold" / "t" / paths.RESULTS_FILE).read_text())
     assert remade["results"]["evaluation"]["target"]["es"] == 0.8
     # the attack was made from the remade npo model, which was made from the remade target
     attack = json.loads((paths.RUNS_DIR / "06_attacks" / "t__unlearned_run=t__method=npo" / paths.RESULTS_FILE)
@@ -330,17 +301,17 @@ def test_a_remake_that_differs_prints_its_drift_goes_on_and_keeps_the_committed_
 
 def test_a_checkpoint_made_by_other_code_is_remade_before_a_run_reads_it(fake_grid, tmp_path, monkeypatch):
     specs = runs.grid("t")
-    runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
+    _make(chosen=[s for s in specs if s.notebook.stem != "06_attacks"])
     assert all(runs.checkpoints_current(s) for s in specs if s.notebook.stem != "06_attacks")
-    fake_grid["calls"].clear()
+    fake_grid.update(calls=[])
     monkeypatch.setattr(cache, "source_hash", lambda: "edited")  # an equation of the package edited
     assert not runs.checkpoints_current(specs[0])
-    runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=gold")
+    _make(select="06_attacks/t__unlearned_run=t__method=gold")
     # the gold run's checkpoint is notebook 02's: current again once 02 is remade, so 05/gold is not
     assert fake_grid["calls"] == ["02_target_and_gold/t", "06_attacks/t__unlearned_run=t__method=gold"]
     assert runs.checkpoints_current(specs[0])
-    fake_grid["calls"].clear()
-    runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=npo")  # npo was made from the old code
+    fake_grid.update(calls=[])
+    _make(select="06_attacks/t__unlearned_run=t__method=npo")  # npo was made from the old code
     assert fake_grid["calls"] == ["05_unlearn/t__method=npo", "06_attacks/t__unlearned_run=t__method=npo"]
 
 
@@ -348,15 +319,15 @@ def test_a_remake_killed_midway_changes_no_record_and_is_remade_next_time(fake_g
     import shutil
 
     specs = runs.grid("t")
-    runs.run_grid([s for s in specs if s.notebook.stem != "06_attacks"])
+    _make(chosen=[s for s in specs if s.notebook.stem != "06_attacks"])
     before = _records(paths.RUNS_DIR)
     shutil.rmtree(tmp_path / "cache")
     fake_grid.update(calls=[], kill_at=2)  # killed in the remake of npo, after the target's
-    with pytest.raises(_FakeKill):
-        runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=npo")
+    with pytest.raises(fake_papermill.Killed):
+        _make(select="06_attacks/t__unlearned_run=t__method=npo")
     assert _records(paths.RUNS_DIR) == before
     fake_grid.update(calls=[], kill_at=None)
-    runs.run_grid(specs, select="06_attacks/t__unlearned_run=t__method=npo")
+    _make(select="06_attacks/t__unlearned_run=t__method=npo")  # the torn trainer checkpoint is gone first
     assert fake_grid["calls"] == ["05_unlearn/t__method=npo", "06_attacks/t__unlearned_run=t__method=npo"]
     assert {k: v for k, v in _records(paths.RUNS_DIR).items() if k in before} == before
 
@@ -371,15 +342,16 @@ def test_runs_read_for_their_record_only_are_run_when_unrecorded_and_hub_ids_are
     specs = runs.grid("t")
     matched = next(s for s in specs if s.params["match_l2_run"])
     assert [(d.name, only) for d, only in runs.needed_runs(matched, specs)] == [("t", True)]
+    assert [(j.key, j.needs) for j in runs.plan([matched], specs)] == [
+        ("05_unlearn/t", ()), ("05_unlearn/t.m", ("05_unlearn/t",))]
     assert runs._made({"unlearned": "org/some-gold-model"}, "05_unlearn") == []  # a hub id is not a local checkpoint
 
 
 def test_a_failed_run_without_a_record_leaves_no_run_folder_and_names_its_error(fake_grid, tmp_path):
     spec = runs.grid("t")[0]  # 02_target_and_gold/t, never run
     fake_grid["fail_at"] = 1
-    log = []
     with pytest.raises(RunError) as err:
-        runs.run_grid([spec], log=log)
+        _make(select="02_target_and_gold")
     kept = paths.cache_dir() / "failed" / "02_target_and_gold" / "t.ipynb"
     message = str(err.value)
     assert message.startswith("02_target_and_gold/t failed in cell [3]: FileNotFoundError: The checkpoint of "
@@ -387,25 +359,24 @@ def test_a_failed_run_without_a_record_leaves_no_run_folder_and_names_its_error(
     assert str(kept) in message and "\n" not in message and "was removed" in message
     assert json.loads(kept.read_text()) == {"partial": True}
     assert not spec.out_dir.exists() and not (paths.RUNS_DIR / "02_target_and_gold").exists()
-    assert log == [{"run": "02_target_and_gold/t", "status": "failed", "seconds": log[0]["seconds"]}]
     fake_grid["fail_at"] = None
-    runs.run_grid([spec])  # the next attempt starts clean
+    _make(select="02_target_and_gold")  # the next attempt starts clean
     assert spec.is_complete()
 
 
 def test_a_failed_rerun_of_a_recorded_run_keeps_its_folder_and_the_partial_notebook_beside_it(fake_grid, tmp_path):
     spec = runs.grid("t")[0]
-    runs.run_grid([spec])
+    _make(select="02_target_and_gold")
     executed = spec.executed.read_text()
     fake_grid.update(calls=[], fail_at=1)
     with pytest.raises(RunError, match=r"02_target_and_gold/t failed in cell \[3\]: FileNotFoundError: .* kept at "
                                        r".*02_target_and_gold/t/02_target_and_gold\.failed\.ipynb\. .*git checkout"):
-        runs.run_grid([spec], force=True)
+        _make(select="02_target_and_gold", force=True)
     assert sorted(p.name for p in spec.out_dir.iterdir()) == ["02_target_and_gold.failed.ipynb",
                                                               "02_target_and_gold.ipynb"]
     assert spec.executed.read_text() == executed  # the runner deletes only results.json before a rerun
     fake_grid["fail_at"] = None
-    runs.run_grid([spec], force=True)  # a successful rerun takes the failed notebook away
+    _make(select="02_target_and_gold", force=True)  # a successful rerun takes the failed notebook away
     assert sorted(p.name for p in spec.out_dir.iterdir()) == ["02_target_and_gold.ipynb", paths.RESULTS_FILE]
 
 
@@ -415,20 +386,20 @@ def test_a_run_of_one_notebook_remakes_the_runs_it_reads_from_the_profile_grid(f
     # a 06 run outside the grid (another learning rate): what it reads is looked up in the profile's grid
     specs = runs.plan_run("06_attacks", None, {"profile": "t", "unlearned_run": "t__method=npo", "lr": 1e-4})
     universe = runs.dependency_grid(specs)
-    assert [s.name for s in universe][-1] == specs[0].name and len(universe) == len(runs.grid("t")) + 1
-    runs.run_grid(specs, universe=universe)  # nothing recorded yet: 02 and 05 run first
+    assert universe[0].name == specs[0].name and len(universe) == len(runs.grid("t")) + 1
+    _make(chosen=specs, specs=tmp_path / "specs.json")  # nothing recorded yet: 02 and 05 run first
     assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo",
                                   "06_attacks/t__lr=0.0001__unlearned_run=t__method=npo"]
     shutil.rmtree(tmp_path / "cache")  # recorded, but not cached
-    fake_grid["calls"].clear()
-    log = runs.run_grid(specs, universe=universe, force=True)
+    fake_grid.update(calls=[])
+    jobs = _make(chosen=specs, specs=tmp_path / "specs.json", force=True)
     assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo",
                                   "06_attacks/t__lr=0.0001__unlearned_run=t__method=npo"]
-    assert [e["status"] for e in log] == ["done"] * 3 and "not in the cache" in log[1]["reason"]
+    assert [j.remake for j in jobs] == [True, True, False] and "not in the cache" in jobs[1].reason
     without = runs.plan_run("06_attacks", None, {"profile": "t", "unlearned_run": "t__method=nope"})
     with pytest.raises(RunError, match=r"reads from 05_unlearn/t__method=nope, which has no record .* is in no "
                                        r"parameter file of profile 't'"):
-        runs.run_grid(without, universe=runs.dependency_grid(without))
+        runs.plan(without, runs.dependency_grid(without))
 
 
 def test_current_params_checks_the_types_papermill_does_not():
@@ -457,21 +428,21 @@ def test_profiles_are_the_folders_of_the_parameter_files():
 
 
 def test_a_collector_is_rerun_only_when_its_inputs_change(fake_grid, tmp_path):
-    """Notebook 09 regenerated from unchanged records changes no file: the runner skips it."""
+    """Notebook 09 regenerated from unchanged records changes no file: it is no job."""
     (tmp_path / "params" / "t" / "09_figures.yaml").write_text("{profile: t}\n")
-    runs.run_grid(runs.grid("t"))
-    assert fake_grid["calls"][-1] == "09_figures/t"
+    jobs = _make()
+    assert fake_grid["calls"][-1] == "09_figures/t" and len(jobs[-1].needs) == 6  # after every other run
     collected = _records(paths.RUNS_DIR / "09_figures")
     assert (paths.RUNS_DIR / "09_figures" / "t" / runs.INPUTS_FILE).is_file()
-    fake_grid["calls"].clear()
-    log = runs.run_grid(runs.grid("t"))
-    assert fake_grid["calls"] == [] and all(e["status"] == "skipped (complete)" for e in log)
+    fake_grid.update(calls=[])
+    assert _make() == [] and fake_grid["calls"] == []
     assert _records(paths.RUNS_DIR / "09_figures") == collected
     record = paths.RUNS_DIR / "05_unlearn" / "t__method=ga" / paths.RESULTS_FILE
     rec = json.loads(record.read_text())
     record.write_text(json.dumps({**rec, "results": {**rec["results"], "es": 0.5}}))  # a number changed
-    runs.run_grid(runs.grid("t"))
-    assert fake_grid["calls"] == ["09_figures/t"]  # a record it reads changed: collected again
+    assert _keys(_make()) == ["09_figures/t"] and fake_grid["calls"] == ["09_figures/t"]  # collected again
+    # a collector planned because another run is, whose records come out the same, is not rerun
+    assert runs.execute(runs.grid("t")[-1])["status"] == "skipped (complete)"
 
 
 def test_records_name_no_machine_path_and_read_back_into_this_cache(tmp_path, monkeypatch):

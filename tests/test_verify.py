@@ -32,8 +32,8 @@ def test_verify_refuses_unknown_runs():
 def test_upstream_lists_what_an_attack_reads_before_it():
     """A smol attack reads its unlearned model, which reads the profile's target."""
     attack = next(s for s in runs.grid("smol") if s.notebook.stem == "06_attacks")
-    spec, specs = runs.find_run(f"06_attacks/{attack.name}")
-    chain = [f"{s.notebook.stem}/{s.name}" for s in runs.upstream(spec, specs)]
+    spec = runs.find_run(f"06_attacks/{attack.name}")
+    chain = [f"{s.notebook.stem}/{s.name}" for s in runs.upstream(spec, runs.dependency_grid([spec]))]
     assert chain == ["02_target_and_gold/smol", f"05_unlearn/{attack.params['unlearned_run']}"]
 
 
