@@ -59,6 +59,7 @@ WRITE_OPTIONS: dict[str, dict] = {
     **{name: {"formats": {k: "+.2f" for k in ("paper_1B", "authors_recomputed_1B", f"ours_{weights}", "low", "high")}}
        for name, weights in (("claims", "bf16"), ("claims_fp32", "fp32"))},
     "headline": {"formats": {"paper_1B": "+.2f", "authors_1B": "+.2f"}},
+    **{name: {"formats": {"strength": "g"}} for name in ("frontier_models", "frontier_utility_parts")},
 }
 
 
