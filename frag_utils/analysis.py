@@ -748,6 +748,8 @@ def headline(table3: pd.DataFrame, subset: str = "all") -> pd.DataFrame:
     printed = authors[authors.scale.eq("1B") & authors.source.str.startswith("paper")]
     printed = printed.assign(predictor=printed.predictor.replace({"frag_printed": "frag_gap"}))
     printed = printed.set_index(["subset", "predictor"]).rho
+    if not len(table3):  # nothing attacked yet (a partial grid, the paper dry run's first collection)
+        return pd.DataFrame(columns=["predictor", "paper_1B", "authors_1B", "ours", "n"])
     rows = table3[table3.subset.eq(subset)]
     return pd.DataFrame({
         "predictor": rows.predictor.map({"l2_all": "global L2", "FRAG_x100": "FRAG gap (Eq. 5)",
