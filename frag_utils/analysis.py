@@ -8,6 +8,7 @@ says. A predictor of robustness correlates *negatively* with ΔES.
 """
 from __future__ import annotations
 
+import functools
 import re
 from typing import Sequence
 
@@ -43,33 +44,80 @@ def _clean(xs: Sequence[Sequence[float]], y: Sequence[float | Sequence[float]],
     return [x[keep] for x in xs], [runs[i] for i in keep], len(y) - len(keep), kept_groups
 
 
-def _resamples(runs: list, n_boot: int, seed: int, groups: Sequence | None = None):
-    """The bootstrap's resamples, drawn at each level that varies: with ``groups`` (the method of
-    each checkpoint), methods with replacement, then within each drawn method its checkpoints with
-    replacement; without, checkpoints with replacement. Then, for each drawn checkpoint, the mean of
-    its seeds drawn with replacement. The draws depend on the counts only, so every predictor
-    scored on the same checkpoints sees the same resamples (paired)."""
-    for idx, ys, _ in _strata_resamples(runs, n_boot, seed, groups):
-        yield idx, ys
+@functools.lru_cache(maxsize=32)
+def _draws(counts: tuple[int, ...], n_boot: int, seed: int, groups: tuple | None) -> tuple:
+    """The bootstrap's resamples of checkpoints with ``counts`` seeds each, drawn at each level that
+    varies: with ``groups`` (the method of each checkpoint), methods with replacement, then within
+    each drawn method its checkpoints with replacement; without, checkpoints with replacement. Then,
+    for each drawn checkpoint, its seeds with replacement. The draws depend on the counts only, so
+    every predictor scored on the same checkpoints sees the same resamples (paired), drawn once.
 
+    Returns:
+        ``(sizes, idx, weights, parts)``: the checkpoints drawn by each resample (``sizes[b]`` of
+        them, concatenated in ``idx``); a sparse matrix whose row for each drawn checkpoint turns
+        the seeds' values (concatenated in checkpoint order) into the mean of its drawn seeds; and
+        per resample the positions of each drawn method (a method drawn twice is two strata;
+        without ``groups``, one stratum).
+    """
+    from scipy import sparse
 
-def _strata_resamples(runs: list, n_boot: int, seed: int, groups: Sequence | None):
-    """:func:`_resamples` with, per resample, the positions in ``idx`` of each drawn method (a method
-    drawn twice is two strata; without ``groups``, one stratum)."""
     rng = np.random.default_rng(seed)
+    n, offsets = len(counts), np.concatenate([[0], np.cumsum(counts)])
     members = None if groups is None else [np.flatnonzero(np.asarray(groups) == g) for g in dict.fromkeys(groups)]
+    sizes, idxs, cols, vals, parts_all = [], [], [], [], []
     for _ in range(n_boot):
         if members is None:
-            idx, parts = rng.integers(0, len(runs), len(runs)), [np.arange(len(runs))]
+            idx, parts = rng.integers(0, n, n), [np.arange(n)]
         else:
             drawn = [members[k] for k in rng.integers(0, len(members), len(members))]
             picks = [m[rng.integers(0, len(m), len(m))] for m in drawn]
             idx = np.concatenate(picks)
             ends = np.cumsum([len(m) for m in picks])
             parts = [np.arange(e - len(m), e) for m, e in zip(picks, ends)]
-        ys = [runs[i][rng.integers(0, len(runs[i]), len(runs[i]))].mean() if len(runs[i]) > 1 else runs[i][0]
-              for i in idx]
-        yield idx, ys, parts
+        for i in idx:
+            k = counts[i]
+            seeds = rng.integers(0, k, k) if k > 1 else np.zeros(1, int)
+            cols.append(offsets[i] + seeds)
+            vals.append(np.full(len(seeds), 1 / len(seeds)))
+        sizes.append(len(idx)), idxs.append(idx), parts_all.append(parts)
+    rows = np.repeat(np.arange(sum(sizes)), [len(c) for c in cols])
+    weights = sparse.csr_matrix((np.concatenate(vals), (rows, np.concatenate(cols))), shape=(sum(sizes), offsets[-1]))
+    return np.asarray(sizes), np.concatenate(idxs), weights, parts_all
+
+
+def _paired_rows_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's ρ of each row of ``x`` with the same row of ``y`` (``[rows, n]``), as
+    :func:`spearman` gives it row by row (average ranks for ties; NaN for a constant row or n < 3)."""
+    if x.shape[1] < 3:
+        return np.full(len(x), np.nan)
+    rx, ry = stats.rankdata(x, axis=1), stats.rankdata(y, axis=1)
+    rx, ry = rx - rx.mean(axis=1, keepdims=True), ry - ry.mean(axis=1, keepdims=True)
+    norm = np.sqrt((rx ** 2).sum(axis=1) * (ry ** 2).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(norm > 0, (rx * ry).sum(axis=1) / norm, np.nan)
+
+
+def _resampled(runs: list, n_boot: int, seed: int, groups: Sequence | None) -> tuple:
+    """The resamples of :func:`_draws` for these checkpoints: per resample its drawn checkpoints,
+    their seed means, and its strata."""
+    sizes, idx, weights, parts = _draws(tuple(len(v) for v in runs), n_boot, seed,
+                                        None if groups is None else tuple(groups))
+    ys = weights @ np.concatenate(runs)
+    return sizes, idx, ys, parts
+
+
+def _boot_rhos(xs: list[np.ndarray], runs: list, n_boot: int, seed: int, groups: Sequence | None) -> np.ndarray:
+    """ρ of each of ``xs`` with ΔES in every resample (``[len(xs), n_boot]``, NaN where a side is
+    constant), the resamples of the same length scored together."""
+    sizes, idx, ys, _ = _resampled(runs, n_boot, seed, groups)
+    starts = np.cumsum(sizes) - sizes
+    out = np.full((len(xs), n_boot), np.nan)
+    for m in np.unique(sizes):
+        which = np.flatnonzero(sizes == m)
+        pos = starts[which][:, None] + np.arange(m)
+        for k, x in enumerate(xs):
+            out[k, which] = _paired_rows_spearman(x[idx[pos]], ys[pos])
+    return out
 
 
 def _interval(draws: list, level: float) -> tuple[float, float, int]:
@@ -94,7 +142,7 @@ def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]],
     replacement and, within each drawn checkpoint, its seeds with replacement, so the interval
     carries both the choice of checkpoints and the seed noise (with one seed per checkpoint it is
     the plain pairs bootstrap). With ``groups`` (each checkpoint's method), methods are drawn first
-    and checkpoints within each drawn method (:func:`_resamples`): checkpoints of one method are not
+    and checkpoints within each drawn method (:func:`_draws`): checkpoints of one method are not
     independent draws, and the interval then carries the choice of methods too. Checkpoints whose
     ``x`` or every ``y`` is not finite are dropped first (``n_dropped``); so are a checkpoint's
     non-finite seeds. Resamples in which either side is constant have no rho and are left out;
@@ -109,8 +157,7 @@ def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]],
     _check_boot(n_boot, level)
     (x,), runs, n_dropped, groups = _clean([x], y, groups)  # rho and its interval describe the same checkpoints
     rho = spearman(x, [v.mean() for v in runs])
-    low, high, degenerate = _interval([spearman(x[idx], ys) for idx, ys in _resamples(runs, n_boot, seed, groups)],
-                                      level)
+    low, high, degenerate = _interval(_boot_rhos([x], runs, n_boot, seed, groups)[0], level)
     return {"rho": rho, "low": low, "high": high, "n": len(x),
             "n_groups": len(x) if groups is None else len(set(groups)), "n_seeds": [len(v) for v in runs],
             "n_boot": n_boot, "n_degenerate": degenerate, "n_dropped": n_dropped}
@@ -131,18 +178,20 @@ def bootstrap_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequen
     (a, b), runs, n_dropped, groups = _clean([x_a, x_b], y, groups)
     means = [v.mean() for v in runs]
     gap = spearman(b, means) - spearman(a, means)
-    low, high, degenerate = _interval([spearman(b[idx], ys) - spearman(a[idx], ys)
-                                       for idx, ys in _resamples(runs, n_boot, seed, groups)], level)
+    rho_a, rho_b = _boot_rhos([a, b], runs, n_boot, seed, groups)
+    low, high, degenerate = _interval(rho_b - rho_a, level)
     return {"gap": gap, "low": low, "high": high, "n": len(runs), "n_degenerate": degenerate, "n_dropped": n_dropped}
 
 
-def _permutations(n: int, n_perm: int, rng: np.random.Generator, strata: list[np.ndarray] | None = None):
+@functools.lru_cache(maxsize=32)
+def _permutations(n: int, n_perm: int, seed: int, strata: tuple[tuple[int, ...], ...] | None = None):
     """``(orders, exact)``: every reordering of ``n`` items (within each stratum, where given) when
-    there are at most ``n_perm`` of them, else ``n_perm`` random ones (the observed order among them)."""
+    there are at most ``n_perm`` of them, else ``n_perm`` random ones (the observed order among them),
+    as an ``[orders, n]`` array; drawn once for every predictor scored on the same checkpoints."""
     import itertools
     import math
 
-    strata = strata or [np.arange(n)]
+    strata = [np.asarray(s) for s in strata] if strata else [np.arange(n)]
     count = math.prod(math.factorial(len(s)) for s in strata)
     if count <= n_perm:
         orders = []
@@ -151,13 +200,12 @@ def _permutations(n: int, n_perm: int, rng: np.random.Generator, strata: list[np
             for s, p in zip(strata, combo):
                 order[s] = p
             orders.append(order)
-        return orders, True
-    orders = []
-    for _ in range(n_perm):
-        order = np.arange(n)
+        return np.asarray(orders), True
+    rng = np.random.default_rng(seed)
+    orders = np.tile(np.arange(n), (n_perm, 1))
+    for row in orders:
         for s in strata:
-            order[s] = rng.permutation(s)
-        orders.append(order)
+            row[s] = rng.permutation(s)
     return orders, False
 
 
@@ -211,10 +259,10 @@ def permutation_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]
     ys = np.array([v.mean() for v in runs])
     groups = None if strata is None else [np.flatnonzero(np.asarray(strata) == g) for g in dict.fromkeys(strata)]
     rho = spearman(x, ys) if groups is None else _stratified(x, ys, groups)
-    orders, exact = _permutations(len(x), n_perm, np.random.default_rng(seed), groups)
+    orders, exact = _permutations(len(x), n_perm, seed, None if groups is None else tuple(map(tuple, groups)))
     if not np.isfinite(rho):
         return {"rho": rho, "p": np.nan, "n": len(x), "n_perm": len(orders), "exact": exact}
-    permuted = ys[np.asarray(orders)]
+    permuted = ys[orders]
     null = _rows_spearman(x, permuted) if groups is None else _rows_stratified(x, permuted, groups)
     return {"rho": rho, "p": _p_value(rho, null, exact), "n": len(x), "n_perm": len(orders), "exact": exact}
 
@@ -261,7 +309,7 @@ def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]]
     whether, within one method, the stronger updates that a predictor scores higher recover less;
     differences between methods do not enter it, so it is where more checkpoints per method buy
     power (the pooled ρ's interval stays wide with few methods however many checkpoints each has).
-    The interval resamples methods, checkpoints within each and seeds within each (:func:`_resamples`).
+    The interval resamples methods, checkpoints within each and seeds within each (:func:`_draws`).
 
     Returns:
         ``{"rho", "low", "high", "n", "n_groups", "per_group": {method: (rho, n)}, "n_degenerate"}``;
@@ -273,8 +321,9 @@ def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]]
     members = [np.flatnonzero(np.asarray(groups) == g) for g in labels]
     ys = np.array([v.mean() for v in runs])
     rho = _stratified(x, ys, members)
-    draws = [_stratified(x[idx], np.asarray(yb), parts)
-             for idx, yb, parts in _strata_resamples(runs, n_boot, seed, groups)]
+    sizes, idx, yb, parts = _resampled(runs, n_boot, seed, groups)
+    ends = np.cumsum(sizes)
+    draws = [_stratified(x[idx[e - m:e]], yb[e - m:e], p) for m, e, p in zip(sizes, ends, parts)]
     low, high, degenerate = _interval(draws, level)
     return {"rho": rho, "low": low, "high": high, "n": len(x), "n_groups": len(labels),
             "per_group": {g: (spearman(x[m], ys[m]), len(m)) for g, m in zip(labels, members)},

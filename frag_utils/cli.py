@@ -234,9 +234,9 @@ def _run_one(args: argparse.Namespace) -> dict:
 
 
 def _verify(args: argparse.Namespace) -> list[dict]:
-    from . import runs
+    from . import drift, runs
 
-    report = runs.verify(args.run, args.workdir)  # prints each run's drift table
+    report = drift.verify(args.run, args.workdir)  # prints each run's drift table
     outside = [e["run"] for e in report if e["verdict"] == "outside tolerance"]
     if outside:
         raise runs.RunError(f"{', '.join(outside)}: remade outside the tolerances of papermill_runs/tolerance.yaml "
@@ -250,7 +250,7 @@ def _dry_run(args: argparse.Namespace) -> list[dict]:
     from . import dryrun
 
     root = args.workdir or tempfile.mkdtemp(prefix="frag_dry_run_")
-    log = dryrun.dry_run(root, args.device)
+    log = dryrun.dry_run(root, args.device, args.quick)
     print(f"paper dry run: {len(log)} runs ({sum(e['status'] == 'done' for e in log)} made) on {args.device}; "
           f"records in {root}/papermill_runs, figures in {root}/figures/paper", flush=True)
     return log
@@ -352,6 +352,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     dry.add_argument("--workdir", default=None, help="records, figures and checkpoints go here (default: a "
                                                    "temporary folder); rerunning in it resumes")
     dry.add_argument("--device", default="auto", type=_device, help="auto (a GPU when visible) | cpu | cuda")
+    dry.add_argument("--quick", action="store_true", help="every notebook once, on one unlearned model (make test's)")
     dry.set_defaults(func=_dry_run)
 
     def scheduling(command: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from frag_utils import data, models
+from frag_utils import data, launch, models, runs
 
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 
@@ -24,11 +24,14 @@ def _launch(tmp_path: Path, spec: dict, processes: int) -> tuple[dict, dict]:
     spec = {**spec, "work_dir": str(tmp_path / f"work_{name}"), "out": str(tmp_path / f"out_{name}")}
     file = tmp_path / f"{name}.json"
     file.write_text(json.dumps(spec))
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "FRAG_PROGRESS": "0"}
-    cmd = [sys.executable, "-m", "frag_utils.launch", str(file)] if processes == 1 else \
-        [str(TORCHRUN), "--nproc_per_node", str(processes), "-m", "frag_utils.launch", str(file)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
+    if processes == 1:  # one process: this one (as ``python -m frag_utils.launch``; no start-up to pay)
+        with runs.environment(FRAG_PROGRESS="0"):
+            assert launch.main([str(file)]) == 0
+    else:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "FRAG_PROGRESS": "0"}
+        cmd = [str(TORCHRUN), "--nproc_per_node", str(processes), "-m", "frag_utils.launch", str(file)]
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((Path(spec["out"]) / "summary.json").read_text())
     return load_file(str(Path(spec["out"]) / "model.safetensors")), summary
 

@@ -187,10 +187,10 @@ def test_the_grouped_evaluation_equals_every_metric_computed_answer_by_answer(pa
 
 
 def test_grouped_scoring_of_smollm2_equals_scoring_each_answer_alone(tokenizer):
-    """On the real model: 20 forget questions, each with its answer, paraphrase and five perturbed
+    """On the real model: 8 forget questions, each with its answer, paraphrase and five perturbed
     answers, scored behind one prompt against each behind its own."""
     model, tok = models.load_model(models.SMOLLM2)
-    records = data.load_split("synthetic", "forget10_perturbed", 20)
+    records = data.load_split("synthetic", "forget10_perturbed", 8)
     scored = metrics.scored_records(model, tok, records)
     answers = [(r["question"], a) for r in records
                for a in (r["answer"], r["paraphrased_answer"], *r["perturbed_answer"])]
