@@ -53,18 +53,17 @@ def _draws(counts: tuple[int, ...], n_boot: int, seed: int, groups: tuple | None
     every predictor scored on the same checkpoints sees the same resamples (paired), drawn once.
 
     Returns:
-        ``(sizes, idx, weights, parts)``: the checkpoints drawn by each resample (``sizes[b]`` of
-        them, concatenated in ``idx``); a sparse matrix whose row for each drawn checkpoint turns
-        the seeds' values (concatenated in checkpoint order) into the mean of its drawn seeds; and
-        per resample the positions of each drawn method (a method drawn twice is two strata;
-        without ``groups``, one stratum).
+        ``(sizes, idx, seeds, parts)``, read-only: the checkpoints drawn by each resample
+        (``sizes[b]`` of them, concatenated in ``idx``); for each drawn checkpoint its drawn seeds,
+        as positions in the seeds' values concatenated in checkpoint order, in ascending order (the
+        same seeds drawn in another order are the same mean), padded with the position one past
+        the end; and per resample the positions of each drawn method (a method drawn twice is two
+        strata; without ``groups``, one stratum).
     """
-    from scipy import sparse
-
     rng = np.random.default_rng(seed)
-    n, offsets = len(counts), np.concatenate([[0], np.cumsum(counts)])
+    n, offsets = len(counts), np.concatenate([[0], np.cumsum(counts, dtype=int)])
     members = None if groups is None else [np.flatnonzero(np.asarray(groups) == g) for g in dict.fromkeys(groups)]
-    sizes, idxs, cols, vals, parts_all = [], [], [], [], []
+    sizes, idxs, rows, parts_all = [], [], [], []
     for _ in range(n_boot):
         if members is None:
             idx, parts = rng.integers(0, n, n), [np.arange(n)]
@@ -76,13 +75,15 @@ def _draws(counts: tuple[int, ...], n_boot: int, seed: int, groups: tuple | None
             parts = [np.arange(e - len(m), e) for m, e in zip(picks, ends)]
         for i in idx:
             k = counts[i]
-            seeds = rng.integers(0, k, k) if k > 1 else np.zeros(1, int)
-            cols.append(offsets[i] + seeds)
-            vals.append(np.full(len(seeds), 1 / len(seeds)))
+            rows.append(offsets[i] + (np.sort(rng.integers(0, k, k)) if k > 1 else np.zeros(1, int)))
         sizes.append(len(idx)), idxs.append(idx), parts_all.append(parts)
-    rows = np.repeat(np.arange(sum(sizes)), [len(c) for c in cols])
-    weights = sparse.csr_matrix((np.concatenate(vals), (rows, np.concatenate(cols))), shape=(sum(sizes), offsets[-1]))
-    return np.asarray(sizes), np.concatenate(idxs), weights, parts_all
+    seeds = np.full((len(rows), max(counts, default=1)), offsets[-1])
+    for r, row in enumerate(rows):
+        seeds[r, :len(row)] = row
+    out = np.asarray(sizes, int), np.concatenate(idxs) if idxs else np.zeros(0, int), seeds
+    for a in out:
+        a.setflags(write=False)
+    return (*out, parts_all)
 
 
 def _paired_rows_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -99,11 +100,18 @@ def _paired_rows_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 def _resampled(runs: list, n_boot: int, seed: int, groups: Sequence | None) -> tuple:
     """The resamples of :func:`_draws` for these checkpoints: per resample its drawn checkpoints,
-    their seed means, and its strata."""
-    sizes, idx, weights, parts = _draws(tuple(len(v) for v in runs), n_boot, seed,
-                                        None if groups is None else tuple(groups))
-    ys = weights @ np.concatenate(runs)
-    return sizes, idx, ys, parts
+    their seed means (each the sum of its drawn seeds in ascending order over their number, so that
+    equal seeds are an equal mean), and its strata."""
+    if not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be an integer (the resamples are drawn once per seed); got {seed!r}.")
+    sizes, idx, seeds, parts = _draws(tuple(len(v) for v in runs), n_boot, int(seed),
+                                      None if groups is None else tuple(groups))
+    flat = np.concatenate([*runs, [0.0]])  # the padding position reads the 0 at the end
+    values = flat[seeds]
+    ys = values[:, 0].copy()
+    for j in range(1, values.shape[1]):
+        ys += values[:, j]
+    return sizes, idx, ys / np.maximum((seeds < len(flat) - 1).sum(axis=1), 1), parts
 
 
 def _boot_rhos(xs: list[np.ndarray], runs: list, n_boot: int, seed: int, groups: Sequence | None) -> np.ndarray:

@@ -488,3 +488,20 @@ def test_the_vectorised_bootstrap_equals_the_resample_by_resample_definition():
     assert np.allclose([res["low"], res["high"]], interval(rho_a), atol=1e-12)
     assert np.allclose([gap["low"], gap["high"]], interval(np.subtract(rho_b, rho_a)), atol=1e-12)
     assert np.allclose([strat["low"], strat["high"]], interval(within), atol=1e-12)
+
+
+def test_equal_seeds_are_an_equal_mean_and_nothing_left_is_no_rho():
+    """A checkpoint whose attack seeds agree has one mean in every resample, however its seeds are
+    drawn (a sum in one order): five such checkpoints of one value leave every resample constant (no
+    ρ). With every checkpoint dropped there is nothing to resample: NaN, not an error."""
+    v, x = 0.7530302077021779, [1.0, 2, 3, 4, 5]
+    flat = A.bootstrap_spearman(x, [[v, v, v]] * 5, n_boot=50)
+    assert np.isnan(flat["low"]) and flat["n_degenerate"] == 50
+    for w in np.random.default_rng(0).random(50):
+        _, idx, ys, _ = A._resampled([np.array([w, w, w]), np.array([0.5, 0.1, 0.5])], 20, 0, None)
+        assert len(set(ys[idx == 0])) == 1
+    for res in (A.bootstrap_spearman([1.0, 2.0], [np.nan, np.nan], n_boot=5),
+                A.bootstrap_spearman_gap([1.0, 2.0], [1.0, 2.0], [np.nan, np.nan], n_boot=5)):
+        assert np.isnan(res["low"]) and res["n"] == 0 and res["n_dropped"] == 2
+    with pytest.raises(ValueError, match="seed must be an integer"):
+        A.bootstrap_spearman(x, [0.1, 0.3, 0.2, 0.5, 0.4], seed=None)
