@@ -46,6 +46,13 @@ def summary() -> str:
             v = fc["rss_over_checkpoint_uncached"]
             rows.append(f"| the same on its first run (calibrating) | {v:.2f}x | <= 1.5x | "
                         f"{'yes' if v <= 1.5 else 'no'} |")
+    gj = load("grid_jobs")
+    if gj:
+        for jobs, ratio in gj["over_first"].items():
+            if jobs != "1":
+                rows.append(f"| the {gj['profile']} grid from an empty cache, {jobs} jobs side by side / one job "
+                            f"(wall; {gj['records_against_first'][jobs]['outside_tolerance']} records outside "
+                            f"tolerance) | {ratio:.2f}x | (reported) | - |")
     fa = load("frag_vs_attack")
     if fa:
         rows.append(f"| one forget+retain attack / FRAG end to end | {fa['attack_over_frag']:.1f}x | >= 100x | "
