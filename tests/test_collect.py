@@ -337,6 +337,8 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
                if s.params["forget_split"] == "forget10"]
     for spec in planned:  # the file's own records (committed as they land) out, the test's in
         shutil.rmtree(copied_runs / "05_unlearn" / spec.name, ignore_errors=True)
+    for folder in (copied_runs / "06_attacks").glob("smol.frontier*"):  # and their attacks
+        shutil.rmtree(folder)
     source = {"ga": "smol.table1__forget_split=forget10__grad_accum=1__lr=5e-05__method=ga__weights=fp32",
               "sp": "smol.table1__forget_split=forget10__method=sp__prune_precision=fp32__weights=fp32",
               "frp": "smol.table1__forget_split=forget10__frp_veto=0__method=frp__prune_precision=fp32__weights=fp32"}
