@@ -86,9 +86,11 @@ def _draws(counts: tuple[int, ...], n_boot: int, seed: int, groups: tuple | None
     return (*out, parts_all)
 
 
-def _paired_rows_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Spearman's ρ of each row of ``x`` with the same row of ``y`` (``[rows, n]``), as
-    :func:`spearman` gives it row by row (average ranks for ties; NaN for a constant row or n < 3)."""
+def _rows_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's ρ of each row of ``x`` with the same row of ``y`` (``[rows, n]``; a 1-D ``x`` is
+    every row's), as :func:`spearman` gives it row by row (average ranks for ties; NaN for a
+    constant row or n < 3), in one pass."""
+    x = np.broadcast_to(x, y.shape)
     if x.shape[1] < 3:
         return np.full(len(x), np.nan)
     rx, ry = stats.rankdata(x, axis=1), stats.rankdata(y, axis=1)
@@ -124,7 +126,7 @@ def _boot_rhos(xs: list[np.ndarray], runs: list, n_boot: int, seed: int, groups:
         which = np.flatnonzero(sizes == m)
         pos = starts[which][:, None] + np.arange(m)
         for k, x in enumerate(xs):
-            out[k, which] = _paired_rows_spearman(x[idx[pos]], ys[pos])
+            out[k, which] = _rows_spearman(x[idx[pos]], ys[pos])
     return out
 
 
@@ -215,17 +217,6 @@ def _permutations(n: int, n_perm: int, seed: int, strata: tuple[tuple[int, ...],
         for s in strata:
             row[s] = rng.permutation(s)
     return orders, False
-
-
-def _rows_spearman(x: np.ndarray, ys: np.ndarray) -> np.ndarray:
-    """Spearman's ρ of ``x`` with each row of ``ys`` (``[n_rows, n]``), as :func:`spearman` gives it
-    row by row (average ranks for ties; NaN for a constant row), in one pass."""
-    rx = stats.rankdata(x)
-    ry = stats.rankdata(ys, axis=1)
-    rx, ry = rx - rx.mean(), ry - ry.mean(axis=1, keepdims=True)
-    norm = np.sqrt((ry ** 2).sum(axis=1)) * np.sqrt((rx ** 2).sum())
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(norm > 0, ry @ rx / norm, np.nan)
 
 
 def _rows_stratified(x: np.ndarray, ys: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
