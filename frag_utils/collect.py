@@ -32,6 +32,9 @@ ATTACK_PRECISION_06 = ("06_attacks.attack_precision.yaml", "06_attacks.attack_pr
 FRONTIER_05 = "05_unlearn.frontier.yaml"
 FRONTIER_06 = ("06_attacks.frontier_forget10.yaml", "06_attacks.frontier_forget05.yaml")
 FRONTIER_SEEDS = (42, 1)  # the attack seeds of each healthy checkpoint: attack.sh's, then one more
+# issue 43: the forget10 Table 3 checkpoints unlearned from the target of another training seed, attacked
+SECOND_TARGET_05, SECOND_TARGET_06 = "05_unlearn.target_seed43.yaml", "06_attacks.target_seed43.yaml"
+SECOND_TARGET_PREDICTORS = ("es_before", "l2_all", "FRAG_x100", "A_f_x100", "A_r_x100")
 FRONTIER_COLUMNS = ["model", "method", "forget_split", "strength", "es", "target_es", "model_utility",
                     "target_model_utility", "utility_wo_fragile", "target_utility_wo_fragile", "forgets",
                     "healthy_paper", "healthy_parts", "l2_all", "FRAG_x100", "A_f_x100", "A_r_x100", "run"]
@@ -90,6 +93,11 @@ def short_label(record: dict) -> str:
     if method == "frp":
         return f"FRP (P {float(record['results'].get('made', {}).get('veto') or 0):g})"
     return METHOD_NAMES.get(method, method)
+
+
+def _train_seed(run: str) -> int:
+    """The training seed of a notebook-02 run of :data:`drift.SEED_RUNS` (``smol``: the first)."""
+    return int(run.rsplit("=", 1)[1]) if "seed=" in run else paths.TARGET_SEED
 
 
 def _name(record: dict) -> str:
@@ -536,6 +544,57 @@ class Collection:
         chosen = models[(models.healthy_paper | models.healthy_parts) & models.forget_split.eq(forget_split)]
         return [{**protocol, "unlearned_run": run.split("/", 1)[1], "forget_split": forget_split,
                  "attack_data": "forget_retain", "seed": seed} for seed in seeds for run in chosen.run]
+
+    # -- issue 43: the target's training seed ---------------------------------------------------
+    def targets(self, table3_checkpoints: pd.DataFrame) -> dict[str, pd.DataFrame]:
+        """How far the target's own training seed moves what the grid measures.
+
+        * ``target_seeds``: each evaluation number of notebook 02 that the tolerance file judges
+          (:data:`drift.SEED_METRICS`; target and forget10 gold) at each training seed recorded
+          (:data:`drift.SEED_RUNS`), with its mean, standard deviation and range;
+        * ``second_target``: per forget10 Table 3 checkpoint in bf16 (``table3_checkpoints``, from
+          :meth:`table1`), the same method unlearned from the seed-43 target
+          (:data:`SECOND_TARGET_05`) and attacked at seed 42 (:data:`SECOND_TARGET_06`): the
+          target's forget ES, ΔES and the predictors on each target, the difference, and the range of
+          ΔES over the attack seeds of the seed-42 checkpoint beside it. Empty until one is attacked.
+        """
+        evaluations = drift.recorded_seed_evaluations()
+        evaluations = evaluations if len(evaluations) > 1 else {}  # one seed has no spread
+        rows = []
+        for role in ("target", "gold"):
+            numbers = {run: drift._numbers(ev[role], f"/{role}") for run, ev in evaluations.items()}
+            for path in (next(iter(numbers.values())) if numbers else {}):
+                if path.rsplit("/", 1)[-1] not in drift.SEED_METRICS or not all(path in n for n in numbers.values()):
+                    continue
+                values = pd.Series({run: n[path] for run, n in numbers.items()})
+                rows.append({"number": path, **{f"seed_{_train_seed(run)}": v for run, v in values.items()},
+                             "mean": values.mean(), "sd": values.std(ddof=1) if len(values) > 1 else float("nan"),
+                             "range": values.max() - values.min()})
+        self.sources["target_seeds"] = [f"02_target_and_gold/{run}" for run in evaluations]
+        out = {"target_seeds": pd.DataFrame(rows), "second_target": pd.DataFrame()}
+
+        attacks = tables.attack_rows(self.attacks_of_file(SECOND_TARGET_06), self.method_by_run, short_label)
+        first = table3_checkpoints[table3_checkpoints.weights.eq("bf16")
+                                   & table3_checkpoints.forget_split.eq("forget10")] if len(table3_checkpoints) else None
+        if first is None or not len(attacks):
+            return out
+        attacks = attacks.assign(target_es=[_row(self.method_by_run[u])["target_es"] for u in attacks.unlearned_run])
+        compared = []
+        for _, b in attacks.iterrows():
+            a = first[first.model.eq(b.model)]
+            if not len(a):
+                continue
+            a = a.iloc[0]
+            seeds = list(a.delta_es)  # the seed-42 attack first (tables.with_seed_repeats)
+            row = {"model": b.model, "target_es_42": a.target_es, "target_es_43": b.target_es,
+                   "delta_es_42": seeds[0], "delta_es_43": b.delta_es, "delta_es_shift": b.delta_es - seeds[0],
+                   "attack_seed_range_42": max(seeds) - min(seeds), "attack_seeds_42": len(seeds)}
+            for k in SECOND_TARGET_PREDICTORS:
+                row |= {f"{k}_42": a[k], f"{k}_43": b[k]}
+            compared.append(row)
+            self.sources.setdefault("second_target", []).extend([a.run, b.run])
+        out["second_target"] = pd.DataFrame(compared)
+        return out
 
     # -- runs outside the grid, and the figures' data --------------------------------------------
     def other_runs(self) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -411,3 +411,71 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
     assert len(fig.axes) == 2 * len(analysis.PAPER_TABLE3_PREDICTORS)
     assert fig.axes[0].get_title().startswith("healthy (paper)") and f"n {len(healthy) - 1}," in fig.axes[0].get_title()
     plots.close(fig)
+
+
+def test_the_second_target_sets_each_table3_checkpoint_beside_its_twin_from_the_other_target(copied_runs):
+    """Issue 43's tables, read slowly: the seeds' spread of each judged number of notebook 02, and each
+    forget10 Table 3 checkpoint beside the same method unlearned from the seed-43 target."""
+    from frag_utils import drift, runs
+
+    for name in ("smol.seeds__seed=43", "smol.seeds__seed=44"):  # the seeds' own records (as they land) out
+        shutil.rmtree(copied_runs / "02_target_and_gold" / name, ignore_errors=True)
+    planned_05 = runs.plan_run("05_unlearn", PARAMS / collect.SECOND_TARGET_05)
+    planned_06 = runs.plan_run("06_attacks", PARAMS / collect.SECOND_TARGET_06)
+    for notebook, specs in (("05_unlearn", planned_05), ("06_attacks", planned_06)):
+        for spec in specs:
+            shutil.rmtree(copied_runs / notebook / spec.name, ignore_errors=True)
+    t1 = collect.Collection("smol").table1(n_boot=1)
+    assert not len(collect.Collection("smol").targets(t1["table3_checkpoints"])["target_seeds"])  # one seed: no spread
+
+    # two more seeds of notebook 02: the seed-42 record with the target's forget ES moved
+    base = _record("02_target_and_gold", "smol", copied_runs)
+    es = {42: base["results"]["evaluation"]["target"]["es"], 43: 0.95, 44: 0.90}
+    for seed in (43, 44):
+        folder = copied_runs / "02_target_and_gold" / f"smol.seeds__seed={seed}"
+        folder.mkdir()
+        rec = json.loads(json.dumps(base))
+        rec["results"]["evaluation"]["target"]["es"] = es[seed]
+        (folder / "results.json").write_text(json.dumps(rec))
+    # the five checkpoints from the seed-43 target: the seed-42 ones' records with their numbers moved
+    grid_05 = {r["provenance"]["params"]["method"]: r for r in
+               (json.loads(f.read_text()) | {"folder": f.parent.name}
+                for f in sorted((copied_runs / "05_unlearn").glob("smol.table1__forget_split=forget10__*/results.json")))
+               if r["provenance"]["params"].get("weights") == "bf16" and r["provenance"]["params"].get("frp_veto") != 0.15}
+    grid_06 = {r["provenance"]["params"]["unlearned_run"]: r for r in _attack_records(copied_runs, "forget_retain")}
+    assert len(planned_05) == len(planned_06) == 5
+    for i, (spec, attack) in enumerate(zip(planned_05, planned_06)):
+        assert attack.params["unlearned_run"] == spec.name
+        twin = grid_05[spec.params["method"]]
+        moved = {"target_es": 0.95, "FRAG_x100": twin["results"]["row"]["FRAG_x100"] + 1.0,
+                 "l2_all": twin["results"]["row"]["l2_all"] * 1.1}
+        _fake_record(copied_runs, "05_unlearn", spec, twin["folder"], row=moved)
+        _fake_record(copied_runs, "06_attacks", attack, grid_06[twin["folder"]]["folder"],
+                     row={**moved, "unlearned_run": spec.name, "delta_es": 0.1 * i})
+    targets = collect.Collection("smol").targets(t1["table3_checkpoints"])
+
+    seeds = targets["target_seeds"].set_index("number")
+    row = seeds.loc["/target/es"]
+    assert [row.seed_42, row.seed_43, row.seed_44] == [es[42], 0.95, 0.90]
+    assert row["range"] == pytest.approx(0.95 - min(es.values()))
+    assert row.sd == pytest.approx(pd.Series(list(es.values())).std())
+    assert set(seeds.index) == {p for p in seeds.index if p.rsplit("/", 1)[-1] in drift.SEED_METRICS}
+    assert seeds.loc["/gold/model_utility", "range"] == 0  # the gold model's numbers did not move
+
+    second = targets["second_target"].set_index("model")
+    assert list(second.index) == ["GradDiff", "NPO", "RMU", "SP", "FRP (P 0)"]  # the files' order
+    repeats = [json.loads(f.read_text()) for f in sorted((copied_runs / "06_attacks").glob("smol.table1_seeds*/results.json"))]
+    for i, (spec, model) in enumerate(zip(planned_05, second.index)):
+        twin = grid_05[spec.params["method"]]
+        first = grid_06[twin["folder"]]["results"]["row"]["delta_es"]
+        all_seeds = [first, *[r["results"]["row"]["delta_es"] for r in repeats
+                              if r["provenance"]["params"]["unlearned_run"] == twin["folder"]
+                              and r["provenance"]["params"]["attack_data"] == "forget_retain"]]
+        got = second.loc[model]
+        assert got.delta_es_42 == first and got.delta_es_43 == pytest.approx(0.1 * i)
+        assert got.delta_es_shift == pytest.approx(0.1 * i - first)
+        assert got.attack_seeds_42 == len(all_seeds) == 3
+        assert got.attack_seed_range_42 == pytest.approx(max(all_seeds) - min(all_seeds))
+        assert got.target_es_43 == 0.95 and got.target_es_42 == twin["results"]["row"]["target_es"]
+        assert got.FRAG_x100_43 == pytest.approx(twin["results"]["row"]["FRAG_x100"] + 1.0)
+        assert got.l2_all_42 == twin["results"]["row"]["l2_all"]
