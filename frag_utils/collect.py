@@ -574,8 +574,8 @@ class Collection:
         out = {"target_seeds": pd.DataFrame(rows), "second_target": pd.DataFrame()}
 
         attacks = tables.attack_rows(self.attacks_of_file(SECOND_TARGET_06), self.method_by_run, short_label)
-        first = table3_checkpoints[table3_checkpoints.weights.eq("bf16")
-                                   & table3_checkpoints.forget_split.eq("forget10")] if len(table3_checkpoints) else None
+        t3 = table3_checkpoints
+        first = t3[t3.weights.eq("bf16") & t3.forget_split.eq("forget10")] if len(t3) else None
         if first is None or not len(attacks):
             return out
         attacks = attacks.assign(target_es=[_row(self.method_by_run[u])["target_es"] for u in attacks.unlearned_run])

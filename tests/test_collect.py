@@ -438,10 +438,11 @@ def test_the_second_target_sets_each_table3_checkpoint_beside_its_twin_from_the_
         rec["results"]["evaluation"]["target"]["es"] = es[seed]
         (folder / "results.json").write_text(json.dumps(rec))
     # the five checkpoints from the seed-43 target: the seed-42 ones' records with their numbers moved
-    grid_05 = {r["provenance"]["params"]["method"]: r for r in
-               (json.loads(f.read_text()) | {"folder": f.parent.name}
-                for f in sorted((copied_runs / "05_unlearn").glob("smol.table1__forget_split=forget10__*/results.json")))
-               if r["provenance"]["params"].get("weights") == "bf16" and r["provenance"]["params"].get("frp_veto") != 0.15}
+    files = sorted((copied_runs / "05_unlearn").glob("smol.table1__forget_split=forget10__*/results.json"))
+    grid_05 = {r["provenance"]["params"]["method"]: r
+               for r in (json.loads(f.read_text()) | {"folder": f.parent.name} for f in files)
+               if r["provenance"]["params"].get("weights") == "bf16"
+               and r["provenance"]["params"].get("frp_veto") != 0.15}
     grid_06 = {r["provenance"]["params"]["unlearned_run"]: r for r in _attack_records(copied_runs, "forget_retain")}
     assert len(planned_05) == len(planned_06) == 5
     for i, (spec, attack) in enumerate(zip(planned_05, planned_06)):
@@ -464,7 +465,8 @@ def test_the_second_target_sets_each_table3_checkpoint_beside_its_twin_from_the_
 
     second = targets["second_target"].set_index("model")
     assert list(second.index) == ["GradDiff", "NPO", "RMU", "SP", "FRP (P 0)"]  # the files' order
-    repeats = [json.loads(f.read_text()) for f in sorted((copied_runs / "06_attacks").glob("smol.table1_seeds*/results.json"))]
+    repeats = [json.loads(f.read_text())
+               for f in sorted((copied_runs / "06_attacks").glob("smol.table1_seeds*/results.json"))]
     for i, (spec, model) in enumerate(zip(planned_05, second.index)):
         twin = grid_05[spec.params["method"]]
         first = grid_06[twin["folder"]]["results"]["row"]["delta_es"]
