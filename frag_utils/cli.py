@@ -236,7 +236,11 @@ def _run_one(args: argparse.Namespace) -> dict:
 def _verify(args: argparse.Namespace) -> list[dict]:
     from . import drift, runs
 
-    report = drift.verify(args.run, args.workdir)  # prints each run's drift table
+    if args.rejudge:  # a table another machine printed, judged by today's tolerance file
+        report = [{"run": args.run, **drift.rejudge(Path(args.rejudge).read_text())}]
+        print(drift.format_report(args.run, report[0]))
+    else:
+        report = drift.verify(args.run, args.workdir)  # prints each run's drift table
     outside = [e["run"] for e in report if e["verdict"] == "outside tolerance"]
     if outside:
         raise runs.RunError(f"{', '.join(outside)}: remade outside the tolerances of papermill_runs/tolerance.yaml "
@@ -345,6 +349,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                        "the drift against each record (fails outside papermill_runs/tolerance.yaml)")
     ve.add_argument("run", help="<notebook>/<run folder>, e.g. 02_target_and_gold/tiny")
     ve.add_argument("--workdir", default=None, help="remake into this empty folder, kept (default: a temporary one)")
+    ve.add_argument("--rejudge", metavar="FILE", default=None,
+                    help="remake nothing: judge the drift table FILE holds (what verify printed on another machine) "
+                         "by today's papermill_runs/tolerance.yaml")
     ve.set_defaults(func=_verify)
 
     dry = sub.add_parser("dry-run", help="every notebook of the paper profile, with its parameter files, on a "

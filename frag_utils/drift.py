@@ -115,6 +115,42 @@ def format_report(run: str, report: dict) -> str:
     return "\n".join(lines)
 
 
+def rejudge(printed: str, tolerance: dict[str, tuple[float, float]] | None = None) -> dict:
+    """A drift table as :func:`format_report` printed it (another machine's ``make verify``, kept in
+    a file such as ``docs/verify/*.md``) judged again by the tolerance file as it stands: the numbers
+    stay the ones printed (to four decimals), the verdict follows today's tolerances.
+
+    Returns:
+        :func:`compare`'s report (``within tolerance`` or ``outside tolerance``: a printed table
+        cannot tell bits).
+    Raises:
+        ValueError: no row of a drift table in ``printed``.
+    """
+    tolerance = load_tolerance() if tolerance is None else tolerance
+    rows, weights = [], {}
+    for line in printed.splitlines():
+        parts = line.split()
+        if parts[:1] == ["weights:"]:
+            weights = dict(w.strip().split(" ", 1) for w in line.split(":", 1)[1].split(","))
+        if len(parts) < 5 or not parts[0].startswith("/"):
+            continue
+        try:
+            recorded, remade = float(parts[1]), float(parts[2])
+        except ValueError:
+            continue
+        name = parts[0].rsplit("/", 1)[-1]
+        if name in tolerance:
+            allowed = tolerance[name][0] + tolerance[name][1] * abs(recorded)
+            drift = abs(remade - recorded)
+            rows.append({"metric": parts[0], "recorded": recorded, "remade": remade, "drift": drift,
+                         "tolerance": allowed, "ok": bool(drift <= allowed + 1e-12)})
+    if not rows:
+        raise ValueError("no drift table found: give a file holding what make verify printed "
+                         "(lines '/evaluation/... recorded remade drift tolerance').")
+    return {"verdict": "within tolerance" if all(r["ok"] for r in rows) else "outside tolerance",
+            "rows": rows, "weights": weights}
+
+
 # -- tolerances from the measured spread of the target's training seed (issue 43) ----------------
 # The evaluation numbers of notebook 02 whose spread over training seeds sets their tolerance: the
 # last key of a number's path (the three utility sets share probability, rouge and truth_ratio).

@@ -119,3 +119,25 @@ def test_the_tolerance_file_covers_the_recorded_spread():
     if len(evaluations) >= 2:
         for metric, s in drift.seed_spread(list(evaluations.values())).items():
             assert tolerance[metric][0] >= s["range"], (metric, s)
+
+
+def test_a_printed_drift_table_is_judged_again_by_another_tolerance_file(tmp_path):
+    """Another machine's make verify output, kept as text, re-read: the same rows to four decimals,
+    the verdict from the tolerances given now (a wider ES tolerance turns OUTSIDE into within)."""
+    recorded = {"evaluation": {"target": {"es": 0.8867, "model_utility": 0.3348, "retain_perturbed/rouge": 0.55}},
+                "checkpoint_sha256": {"target": "a", "base": "b"}}
+    remade = {"evaluation": {"target": {"es": 0.9470, "model_utility": 0.3595, "retain_perturbed/rouge": 0.6389}},
+              "checkpoint_sha256": {"target": "c", "base": "b"}}
+    narrow = {"es": (0.05, 0.0), "model_utility": (0.05, 0.0), "rouge": (0.1, 0.0)}
+    report = drift.compare(_record(tmp_path, "a", recorded), _record(tmp_path, "b", remade), narrow)
+    printed = "# a header line\n" + drift.format_report("02_target_and_gold/smol", report) + "\n```\n"
+    again = drift.rejudge(printed, narrow)
+    assert again["verdict"] == report["verdict"] == "outside tolerance"
+    assert [(r["metric"], r["ok"]) for r in again["rows"]] == [(r["metric"], r["ok"]) for r in report["rows"]]
+    assert [r["drift"] for r in again["rows"]] == pytest.approx([r["drift"] for r in report["rows"]], abs=1e-4)
+    assert again["weights"] == {"base": "identical", "target": "other bits"}
+    wider = drift.rejudge(printed, {**narrow, "es": (0.07, 0.0)})
+    assert wider["verdict"] == "within tolerance"
+    assert {r["metric"]: r["tolerance"] for r in wider["rows"]}["/evaluation/target/es"] == 0.07
+    with pytest.raises(ValueError, match="no drift table"):
+        drift.rejudge("nothing here", narrow)
