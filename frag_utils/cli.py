@@ -237,6 +237,9 @@ def _verify(args: argparse.Namespace) -> list[dict]:
     from . import drift, runs
 
     if args.rejudge:  # a table another machine printed, judged by today's tolerance file
+        if not Path(args.rejudge).is_file():
+            raise runs.RunError(f"--rejudge {args.rejudge}: no such file (give a file holding one run's drift table "
+                                "as make verify printed it, e.g. docs/verify/02_target_and_gold_smol_zen3.md)")
         report = [{"run": args.run, **drift.rejudge(Path(args.rejudge).read_text())}]
         print(drift.format_report(args.run, report[0]))
     else:

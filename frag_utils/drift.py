@@ -116,7 +116,7 @@ def format_report(run: str, report: dict) -> str:
 
 
 def rejudge(printed: str, tolerance: dict[str, tuple[float, float]] | None = None) -> dict:
-    """A drift table as :func:`format_report` printed it (another machine's ``make verify``, kept in
+    """One run's drift table as :func:`format_report` printed it (another machine's ``make verify``, kept in
     a file such as ``docs/verify/*.md``) judged again by the tolerance file as it stands: the numbers
     stay the ones printed (to four decimals), the verdict follows today's tolerances.
 

@@ -287,3 +287,11 @@ def test_device_cuda_without_a_gpu_is_one_clear_line_in_every_command(monkeypatc
         err = capsys.readouterr().err
         assert code == 2 and "no usable CUDA device" in err and "Traceback" not in err, (command, err)
         assert sum("error" in line for line in err.splitlines()) == 1, err  # argparse's usage, then one line
+
+
+def test_verify_rejudge_of_a_missing_or_tableless_file_is_one_clear_line(tmp_path):
+    out = _frag("verify", "02_target_and_gold/smol", "--rejudge", str(tmp_path / "missing.md"))
+    assert out.returncode == 2 and "no such file" in out.stderr and "Traceback" not in out.stderr
+    (tmp_path / "notes.md").write_text("# no table here\n")
+    out = _frag("verify", "02_target_and_gold/smol", "--rejudge", str(tmp_path / "notes.md"))
+    assert out.returncode == 2 and "no drift table found" in out.stderr and "Traceback" not in out.stderr
