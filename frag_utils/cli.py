@@ -240,7 +240,7 @@ def _verify(args: argparse.Namespace) -> list[dict]:
         if not Path(args.rejudge).is_file():
             raise runs.RunError(f"--rejudge {args.rejudge}: no such file (give a file holding one run's drift table "
                                 "as make verify printed it, e.g. docs/verify/02_target_and_gold_smol_zen3.md)")
-        report = [{"run": args.run, **drift.rejudge(Path(args.rejudge).read_text())}]
+        report = [{"run": args.run, **drift.rejudge(Path(args.rejudge).read_text(), args.run)}]
         print(drift.format_report(args.run, report[0]))
     else:
         report = drift.verify(args.run, args.workdir)  # prints each run's drift table

@@ -558,7 +558,7 @@ class Collection:
           target's forget ES, ΔES and the predictors on each target, the difference, and the range of
           ΔES over the attack seeds of the seed-42 checkpoint beside it. Empty until one is attacked.
         """
-        evaluations = drift.recorded_seed_evaluations()
+        evaluations = drift.recorded_seed_evaluations() if self.profile == "smol" else {}  # the seeds are smol's
         evaluations = evaluations if len(evaluations) > 1 else {}  # one seed has no spread
         rows = []
         for role in ("target", "gold"):
@@ -579,7 +579,9 @@ class Collection:
         if first is None or not len(attacks):
             return out
         attacks = attacks.assign(target_es=[_row(self.method_by_run[u])["target_es"] for u in attacks.unlearned_run])
-        compared = []
+        repeats = [(_row(r)["unlearned_run"], r["run"]) for r in self.attacks_of_file(self.seeds_06)
+                   if _row(r)["attack_data"] == "forget_retain"] if self.seeds_06 else []
+        compared, sources = [], []
         for _, b in attacks.iterrows():
             a = first[first.model.eq(b.model)]
             if not len(a):
@@ -588,11 +590,13 @@ class Collection:
             seeds = list(a.delta_es)  # the seed-42 attack first (tables.with_seed_repeats)
             row = {"model": b.model, "target_es_42": a.target_es, "target_es_43": b.target_es,
                    "delta_es_42": seeds[0], "delta_es_43": b.delta_es, "delta_es_shift": b.delta_es - seeds[0],
-                   "attack_seed_range_42": max(seeds) - min(seeds), "attack_seeds_42": len(seeds)}
+                   "attack_seed_range_42": drift.attack_seed_range([seeds]), "attack_seeds_42": len(seeds)}
             for k in SECOND_TARGET_PREDICTORS:
                 row |= {f"{k}_42": a[k], f"{k}_43": b[k]}
             compared.append(row)
-            self.sources.setdefault("second_target", []).extend([a.run, b.run])
+            sources += [f"05_unlearn/{a.unlearned_run}", a.run, *[r for u, r in repeats if u == a.unlearned_run],
+                        f"05_unlearn/{b.unlearned_run}", b.run]
+        self.sources["second_target"] = sources
         out["second_target"] = pd.DataFrame(compared)
         return out
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -115,38 +116,58 @@ def format_report(run: str, report: dict) -> str:
     return "\n".join(lines)
 
 
-def rejudge(printed: str, tolerance: dict[str, tuple[float, float]] | None = None) -> dict:
-    """One run's drift table as :func:`format_report` printed it (another machine's ``make verify``, kept in
-    a file such as ``docs/verify/*.md``) judged again by the tolerance file as it stands: the numbers
-    stay the ones printed (to four decimals), the verdict follows today's tolerances.
+_ROW = re.compile(r"^\s+(/.*?)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)(\s+OUTSIDE)?\s*$")
+_HEADER = re.compile(r"^(\S+): remade, (bit-identical|within tolerance|outside tolerance) ")
+
+
+def rejudge(printed: str, run: str, tolerance: dict[str, tuple[float, float]] | None = None) -> dict:
+    """``run``'s drift table as :func:`format_report` printed it (another machine's ``make verify``,
+    kept in a file such as ``docs/verify/*.md``, one table per run of the chain) judged again by the
+    tolerance file as it stands: the numbers and drifts stay the ones printed (to four decimals),
+    the verdict follows today's tolerances.
 
     Returns:
-        :func:`compare`'s report (``within tolerance`` or ``outside tolerance``: a printed table
-        cannot tell bits).
+        :func:`compare`'s report (a table printed as bit-identical stays so; otherwise ``within
+        tolerance`` or ``outside tolerance``).
     Raises:
-        ValueError: no row of a drift table in ``printed``.
+        ValueError: ``printed`` holds no table of ``run``, or more than one.
     """
     tolerance = load_tolerance() if tolerance is None else tolerance
-    rows, weights = [], {}
+    blocks: list[tuple[str, str, list[str]]] = []
     for line in printed.splitlines():
-        parts = line.split()
-        if parts[:1] == ["weights:"]:
-            weights = dict(w.strip().split(" ", 1) for w in line.split(":", 1)[1].split(","))
-        if len(parts) < 5 or not parts[0].startswith("/"):
+        header = _HEADER.match(line)
+        if header:
+            blocks.append((header[1], header[2], []))
+        elif blocks:
+            blocks[-1][2].append(line)
+    mine = [b for b in blocks if b[0] == run]
+    if len(mine) != 1:
+        found = ", ".join(b[0] for b in blocks) or "none"
+        raise ValueError(f"{'no' if not mine else 'more than one'} drift table of {run} found (tables found: {found}): "
+                         "give a file holding what make verify printed for that run.")
+    _, verdict, lines = mine[0]
+    if verdict == "bit-identical":
+        return {"verdict": verdict, "rows": [], "weights": {}}
+    rows, weights = [], {}
+    for line in lines:
+        if line.strip().startswith("weights:"):
+            pairs = [w.strip().split(" ", 1) for w in line.split(":", 1)[1].split(",")]
+            weights = {p[0]: p[1] for p in pairs if len(p) == 2}
+        row = _ROW.match(line)
+        if not row:
             continue
         try:
-            recorded, remade = float(parts[1]), float(parts[2])
-        except ValueError:
+            recorded, remade, drift = float(row[2]), float(row[3]), float(row[4])
+        except ValueError:  # the column names
             continue
-        name = parts[0].rsplit("/", 1)[-1]
+        name = row[1].rsplit("/", 1)[-1]
         if name in tolerance:
             allowed = tolerance[name][0] + tolerance[name][1] * abs(recorded)
-            drift = abs(remade - recorded)
-            rows.append({"metric": parts[0], "recorded": recorded, "remade": remade, "drift": drift,
-                         "tolerance": allowed, "ok": bool(drift <= allowed + 1e-12)})
+            ok = drift <= allowed + 1e-12 or (math.isnan(recorded) and math.isnan(remade))
+            rows.append({"metric": row[1], "recorded": recorded, "remade": remade, "drift": drift,
+                         "tolerance": allowed, "ok": bool(ok)})
     if not rows:
-        raise ValueError("no drift table found: give a file holding what make verify printed "
-                         "(lines '/evaluation/... recorded remade drift tolerance').")
+        raise ValueError(f"the drift table of {run} holds no row with a tolerance in the tolerance file.")
     return {"verdict": "within tolerance" if all(r["ok"] for r in rows) else "outside tolerance",
             "rows": rows, "weights": weights}
 

@@ -460,11 +460,21 @@ def test_the_second_target_sets_each_table3_checkpoint_beside_its_twin_from_the_
     assert [row.seed_42, row.seed_43, row.seed_44] == [es[42], 0.95, 0.90]
     assert row["range"] == pytest.approx(0.95 - min(es.values()))
     assert row.sd == pytest.approx(pd.Series(list(es.values())).std())
-    assert set(seeds.index) == {p for p in seeds.index if p.rsplit("/", 1)[-1] in drift.SEED_METRICS}
+    def judged(value, path):  # every number of the record under path whose last key the tolerance file judges
+        if isinstance(value, dict):
+            return [p for k, v in value.items() for p in judged(v, f"{path}/{k}")]
+        return [path] if isinstance(value, float) and path.rsplit("/", 1)[-1] in drift.SEED_METRICS else []
+    evaluation = base["results"]["evaluation"]
+    assert list(seeds.index) == judged(evaluation["target"], "/target") + judged(evaluation["gold"], "/gold")
     assert seeds.loc["/gold/model_utility", "range"] == 0  # the gold model's numbers did not move
 
     second = targets["second_target"].set_index("model")
     assert list(second.index) == ["GradDiff", "NPO", "RMU", "SP", "FRP (P 0)"]  # the files' order
+    # paired by method, not by position: without NPO's seed-43 attack the others keep their twins
+    shutil.rmtree(copied_runs / "06_attacks" / planned_06[1].name)
+    fewer = collect.Collection("smol").targets(t1["table3_checkpoints"])["second_target"].set_index("model")
+    assert list(fewer.index) == ["GradDiff", "RMU", "SP", "FRP (P 0)"]
+    assert fewer.drop(columns=[]).equals(second.drop(index="NPO"))
     repeats = [json.loads(f.read_text())
                for f in sorted((copied_runs / "06_attacks").glob("smol.table1_seeds*/results.json"))]
     for i, (spec, model) in enumerate(zip(planned_05, second.index)):
@@ -481,3 +491,12 @@ def test_the_second_target_sets_each_table3_checkpoint_beside_its_twin_from_the_
         assert got.target_es_43 == 0.95 and got.target_es_42 == twin["results"]["row"]["target_es"]
         assert got.FRAG_x100_43 == pytest.approx(twin["results"]["row"]["FRAG_x100"] + 1.0)
         assert got.l2_all_42 == twin["results"]["row"]["l2_all"]
+    grid = collect.Collection("smol")
+    grid.targets(t1["table3_checkpoints"])
+    sources = grid.sources["second_target"]
+    assert len(sources) == 4 * (2 + 3 + 1) and len(set(sources)) == len(sources)  # two 05 runs, 3 + 1 attacks
+    assert {s for s in sources if s.startswith("06_attacks/smol.table1_seeds")} == {
+        f"06_attacks/{f.parent.name}" for f in (copied_runs / "06_attacks").glob("smol.table1_seeds*/results.json")
+        if json.loads(f.read_text())["provenance"]["params"]["unlearned_run"] in
+        {grid_05[s.params["method"]]["folder"] for s in planned_05 if s.params["method"] != "npo"}
+        and json.loads(f.read_text())["provenance"]["params"]["attack_data"] == "forget_retain"}

@@ -123,21 +123,45 @@ def test_the_tolerance_file_covers_the_recorded_spread():
 
 def test_a_printed_drift_table_is_judged_again_by_another_tolerance_file(tmp_path):
     """Another machine's make verify output, kept as text, re-read: the same rows to four decimals,
-    the verdict from the tolerances given now (a wider ES tolerance turns OUTSIDE into within)."""
+    the verdict from the tolerances given now (a wider ES tolerance turns OUTSIDE into within); the
+    run's own table of several, a path with spaces, a NaN on both sides."""
     recorded = {"evaluation": {"target": {"es": 0.8867, "model_utility": 0.3348, "retain_perturbed/rouge": 0.55}},
+                "scores": {"FRP prune (forget-targeted)": {"frag": 0.10, "a_f": float("nan")}},
                 "checkpoint_sha256": {"target": "a", "base": "b"}}
     remade = {"evaluation": {"target": {"es": 0.9470, "model_utility": 0.3595, "retain_perturbed/rouge": 0.6389}},
+              "scores": {"FRP prune (forget-targeted)": {"frag": 0.25, "a_f": float("nan")}},
               "checkpoint_sha256": {"target": "c", "base": "b"}}
-    narrow = {"es": (0.05, 0.0), "model_utility": (0.05, 0.0), "rouge": (0.1, 0.0)}
+    narrow = {"es": (0.05, 0.0), "model_utility": (0.05, 0.0), "rouge": (0.1, 0.0), "frag": (0.02, 0.0),
+              "a_f": (0.02, 0.0)}
     report = drift.compare(_record(tmp_path, "a", recorded), _record(tmp_path, "b", remade), narrow)
-    printed = "# a header line\n" + drift.format_report("02_target_and_gold/smol", report) + "\n```\n"
-    again = drift.rejudge(printed, narrow)
+    other = drift.compare(_record(tmp_path, "c", recorded), _record(tmp_path, "d", recorded), narrow)
+    printed = "\n".join(["# a header line", "```", drift.format_report("02_target_and_gold/smol", report),
+                         drift.format_report("05_unlearn/x", other), "weights: a line of prose", "```"])
+    again = drift.rejudge(printed, "02_target_and_gold/smol", narrow)
     assert again["verdict"] == report["verdict"] == "outside tolerance"
     assert [(r["metric"], r["ok"]) for r in again["rows"]] == [(r["metric"], r["ok"]) for r in report["rows"]]
-    assert [r["drift"] for r in again["rows"]] == pytest.approx([r["drift"] for r in report["rows"]], abs=1e-4)
+    assert "/scores/FRP prune (forget-targeted)/frag" in {r["metric"] for r in again["rows"] if not r["ok"]}
+    assert [r["drift"] for r in again["rows"]] == pytest.approx([r["drift"] for r in report["rows"]], abs=1e-4,
+                                                                nan_ok=True)
     assert again["weights"] == {"base": "identical", "target": "other bits"}
-    wider = drift.rejudge(printed, {**narrow, "es": (0.07, 0.0)})
-    assert wider["verdict"] == "within tolerance"
+    wider = drift.rejudge(printed, "02_target_and_gold/smol", {**narrow, "es": (0.07, 0.0), "frag": (0.2, 0.0)})
+    assert wider["verdict"] == "within tolerance"  # the NaN on both sides is no drift, as compare has it
     assert {r["metric"]: r["tolerance"] for r in wider["rows"]}["/evaluation/target/es"] == 0.07
-    with pytest.raises(ValueError, match="no drift table"):
-        drift.rejudge("nothing here", narrow)
+    assert drift.rejudge(printed, "05_unlearn/x", narrow)["verdict"] == "bit-identical"
+    with pytest.raises(ValueError, match="no drift table of 06_attacks/y"):
+        drift.rejudge(printed, "06_attacks/y", narrow)
+    with pytest.raises(ValueError, match="more than one"):
+        drift.rejudge(printed + "\n" + printed, "02_target_and_gold/smol", narrow)
+
+
+def test_the_zen3_remake_of_the_smol_target_reads_back_as_printed():
+    """The committed Zen 3 table (docs/verify): every judged number of the target, gold and base
+    models, and under the tolerances it was printed with, one outside: the target's forget ES."""
+    text = (paths.REPO_ROOT / "docs" / "verify" / "02_target_and_gold_smol_zen3.md").read_text()
+    printed_with = {"es": (0.05, 0.0), "es_retain": (0.05, 0.0), "model_utility": (0.05, 0.0),
+                    "forget_probability": (0.05, 0.0), "forget_rouge": (0.1, 0.0), "forget_truth_ratio": (0.05, 0.0),
+                    "probability": (0.05, 0.0), "rouge": (0.1, 0.0), "truth_ratio": (0.05, 0.0)}
+    report = drift.rejudge(text, "02_target_and_gold/smol", printed_with)
+    assert len(report["rows"]) == 45  # 15 numbers of each of base, gold and target
+    assert [r["metric"] for r in report["rows"] if not r["ok"]] == ["/evaluation/target/es"]
+    assert report["weights"] == {"base": "identical", "gold": "other bits", "target": "other bits"}
