@@ -231,6 +231,21 @@ def recorded_seed_evaluations(runs_dir: Path | None = None) -> dict[str, dict]:
             for name in SEED_RUNS if (root / name / paths.RESULTS_FILE).is_file()}
 
 
+def target_shifts(second_target) -> dict[str, dict]:
+    """How far the target's training seed moves what is measured on its unlearned and attacked
+    models: from notebook 09's ``second_target`` (each checkpoint beside its twin from the other
+    target), per metric (``es_before``, ``delta_es``, ``es_after`` = the two summed) the largest
+    shift between twins and the checkpoint (``model``) where it is."""
+    out: dict[str, dict] = {}
+    for _, r in second_target.iterrows():
+        shifts = {"es_before": r.es_before_43 - r.es_before_42, "delta_es": r.delta_es_43 - r.delta_es_42,
+                  "es_after": (r.es_before_43 + r.delta_es_43) - (r.es_before_42 + r.delta_es_42)}
+        for metric, shift in shifts.items():
+            if abs(shift) >= out.get(metric, {}).get("range", -1.0):
+                out[metric] = {"range": abs(shift), "where": r.model}
+    return out
+
+
 def attack_seed_range(delta_es: list[list[float]]) -> float:
     """The largest range (max − min) of ΔES over the attack seeds of one checkpoint."""
     return max((max(d) - min(d) for d in delta_es if len(d) > 1), default=float("nan"))

@@ -108,13 +108,20 @@ def test_the_seed_spread_and_the_tolerances_derived_from_it_on_a_constructed_cas
 
 def test_the_tolerance_file_covers_the_recorded_spread():
     """No tolerance is narrower than what the records show a seed alone moves: ΔES over the three
-    attack seeds of a Table 3 checkpoint, and each evaluation number over the target's training seeds
-    (once two or more of them are recorded)."""
+    attack seeds of a Table 3 checkpoint, each evaluation number over the target's training seeds
+    (once two or more of them are recorded), and ES before and after the attack and ΔES between a
+    checkpoint and its twin from the seed-43 target."""
     from frag_utils import collect
 
     tolerance = drift.load_tolerance()
-    checkpoints = collect.Collection("smol").table1(n_boot=1)["table3_checkpoints"]
+    grid = collect.Collection("smol")
+    checkpoints = grid.table1(n_boot=1)["table3_checkpoints"]
     assert tolerance["delta_es"][0] >= drift.attack_seed_range(list(checkpoints.delta_es))
+    second = grid.targets(checkpoints)["second_target"]  # and the shifts between the two targets' twins, read slowly
+    for _, r in second.iterrows():
+        assert tolerance["es_before"][0] >= abs(r.es_before_43 - r.es_before_42), r.model
+        assert tolerance["delta_es"][0] >= abs(r.delta_es_43 - r.delta_es_42), r.model
+        assert tolerance["es_after"][0] >= abs(r.es_before_43 + r.delta_es_43 - r.es_before_42 - r.delta_es_42), r.model
     evaluations = drift.recorded_seed_evaluations()
     if len(evaluations) >= 2:
         for metric, s in drift.seed_spread(list(evaluations.values())).items():
