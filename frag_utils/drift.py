@@ -73,6 +73,19 @@ def _numbers(value: Any, path: str = "") -> dict[str, float]:
     return {}
 
 
+def _judged(path: str, recorded: float, remade: float, drift: float,
+            tolerance: dict[str, tuple[float, float]]) -> dict | None:
+    """One row of a drift table: the number at ``path`` judged by the tolerance of its last key (a
+    NaN on both sides is no drift), or None where the tolerance file does not name it."""
+    name = path.rsplit("/", 1)[-1]
+    if name not in tolerance:
+        return None
+    allowed = tolerance[name][0] + tolerance[name][1] * abs(recorded)
+    ok = drift <= allowed or (math.isnan(recorded) and math.isnan(remade))
+    return {"metric": path, "recorded": recorded, "remade": remade, "drift": drift, "tolerance": allowed,
+            "ok": bool(ok)}
+
+
 def compare(recorded_file: Path, remade_file: Path, tolerance: dict[str, tuple[float, float]] | None = None) -> dict:
     """The drift of a remade record against the recorded one.
 
@@ -85,15 +98,8 @@ def compare(recorded_file: Path, remade_file: Path, tolerance: dict[str, tuple[f
     recorded = json.loads(Path(recorded_file).read_text())["results"]
     remade = json.loads(Path(remade_file).read_text())["results"]
     ours, theirs = _numbers(recorded), _numbers(remade)
-    rows = []
-    for path in sorted(set(ours) & set(theirs)):
-        name = path.rsplit("/", 1)[-1]
-        if name in tolerance:
-            drift = abs(theirs[path] - ours[path])
-            allowed = tolerance[name][0] + tolerance[name][1] * abs(ours[path])
-            ok = drift <= allowed or (math.isnan(ours[path]) and math.isnan(theirs[path]))
-            rows.append({"metric": path, "recorded": ours[path], "remade": theirs[path], "drift": drift,
-                         "tolerance": allowed, "ok": bool(ok)})
+    rows = [row for path in sorted(set(ours) & set(theirs))
+            if (row := _judged(path, ours[path], theirs[path], abs(theirs[path] - ours[path]), tolerance))]
     hashes = recorded.get("checkpoint_sha256", {}), remade.get("checkpoint_sha256", {})
     weights = {k: "identical" if hashes[0].get(k) == hashes[1].get(k) else "other bits"
                for k in sorted(set(hashes[0]) | set(hashes[1]))}
@@ -160,12 +166,8 @@ def rejudge(printed: str, run: str, tolerance: dict[str, tuple[float, float]] | 
             recorded, remade, drift = float(row[2]), float(row[3]), float(row[4])
         except ValueError:  # the column names
             continue
-        name = row[1].rsplit("/", 1)[-1]
-        if name in tolerance:
-            allowed = tolerance[name][0] + tolerance[name][1] * abs(recorded)
-            ok = drift <= allowed + 1e-12 or (math.isnan(recorded) and math.isnan(remade))
-            rows.append({"metric": row[1], "recorded": recorded, "remade": remade, "drift": drift,
-                         "tolerance": allowed, "ok": bool(ok)})
+        if judged := _judged(row[1], recorded, remade, drift, tolerance):
+            rows.append(judged)
     if not rows:
         raise ValueError(f"the drift table of {run} holds no row with a tolerance in the tolerance file.")
     return {"verdict": "within tolerance" if all(r["ok"] for r in rows) else "outside tolerance",
