@@ -561,15 +561,10 @@ class Collection:
         evaluations = drift.recorded_seed_evaluations() if self.profile == "smol" else {}  # the seeds are smol's
         evaluations = evaluations if len(evaluations) > 1 else {}  # one seed has no spread
         rows = []
-        for role in ("target", "gold"):
-            numbers = {run: drift._numbers(ev[role], f"/{role}") for run, ev in evaluations.items()}
-            for path in (next(iter(numbers.values())) if numbers else {}):
-                if path.rsplit("/", 1)[-1] not in drift.SEED_METRICS or not all(path in n for n in numbers.values()):
-                    continue
-                values = pd.Series({run: n[path] for run, n in numbers.items()})
-                rows.append({"number": path, **{f"seed_{_train_seed(run)}": v for run, v in values.items()},
-                             "mean": values.mean(), "sd": values.std(ddof=1) if len(values) > 1 else float("nan"),
-                             "range": values.max() - values.min()})
+        for path, values in drift.seed_numbers(list(evaluations.values())).items():
+            values = pd.Series(values, index=list(evaluations))
+            rows.append({"number": path, **{f"seed_{_train_seed(run)}": v for run, v in values.items()},
+                         "mean": values.mean(), "sd": values.std(ddof=1), "range": values.max() - values.min()})
         self.sources["target_seeds"] = [f"02_target_and_gold/{run}" for run in evaluations]
         out = {"target_seeds": pd.DataFrame(rows), "second_target": pd.DataFrame()}
 

@@ -200,16 +200,26 @@ def seed_spread(evaluations: list[dict], roles: tuple[str, ...] = ("target", "go
     if len(evaluations) < 2:
         raise ValueError(f"a spread needs two or more seeds' evaluations, got {len(evaluations)}.")
     out: dict[str, dict] = {}
+    numbers = seed_numbers(evaluations, roles)
     for role in roles:
-        numbers = [_numbers(ev[role], f"/{role}") for ev in evaluations]
-        for path in sorted(set.intersection(*(set(n) for n in numbers))):
-            metric = path.rsplit("/", 1)[-1]
-            if metric not in SEED_METRICS:
-                continue
-            values = [n[path] for n in numbers]
+        for path in sorted(p for p in numbers if p.startswith(f"/{role}/")):
+            metric, values = path.rsplit("/", 1)[-1], numbers[path]
             spread = max(values) - min(values)
             if spread >= out.get(metric, {}).get("range", -1.0):
                 out[metric] = {"range": spread, "where": path}
+    return out
+
+
+def seed_numbers(evaluations: list[dict], roles: tuple[str, ...] = ("target", "gold")) -> dict[str, list[float]]:
+    """Each number of :data:`SEED_METRICS` that every one of ``evaluations`` (notebook 02's, one per
+    training seed) holds, by path (``/target/es``; roles in order, paths in the first evaluation's
+    order), with its value in each evaluation."""
+    out: dict[str, list[float]] = {}
+    for role in roles:
+        numbers = [_numbers(ev[role], f"/{role}") for ev in evaluations]
+        for path in numbers[0] if numbers else {}:
+            if path.rsplit("/", 1)[-1] in SEED_METRICS and all(path in n for n in numbers):
+                out[path] = [n[path] for n in numbers]
     return out
 
 
