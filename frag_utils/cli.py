@@ -243,7 +243,7 @@ def _verify(args: argparse.Namespace) -> list[dict]:
         report = [{"run": args.run, **drift.rejudge(Path(args.rejudge).read_text(), args.run)}]
         print(drift.format_report(args.run, report[0]))
     else:
-        report = drift.verify(args.run, args.workdir)  # prints each run's drift table
+        report = runs.verify(args.run, args.workdir)  # prints each run's drift table
     outside = [e["run"] for e in report if e["verdict"] == "outside tolerance"]
     if outside:
         raise runs.RunError(f"{', '.join(outside)}: remade outside the tolerances of papermill_runs/tolerance.yaml "

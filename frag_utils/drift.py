@@ -261,38 +261,3 @@ def target_shifts(second_target) -> dict[str, dict]:
 def attack_seed_range(delta_es: list[list[float]]) -> float:
     """The largest range (max − min) of ΔES over the attack seeds of one checkpoint."""
     return max((max(d) - min(d) for d in delta_es if len(d) > 1), default=float("nan"))
-
-
-def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
-    """Remake a recorded run, and every run it reads from, from an empty cache, and print each one's
-    drift against its committed record (:func:`frag_utils.runs.remake`). Nothing tracked changes.
-
-    Args:
-        run: ``<notebook>/<run name>``, e.g. ``02_target_and_gold/tiny``.
-        workdir: the empty cache to remake in (default: a new temporary folder, removed after).
-    Returns:
-        One drift report per run, upstream first (:func:`compare`, with ``run``).
-    Raises:
-        RunError: an unknown or unrecorded run, or a workdir that is not empty.
-    """
-    import shutil
-    import tempfile
-
-    from . import runs
-    from .parameters import RunError
-
-    spec = runs.find_run(run)
-    chain = [*runs.upstream(spec, runs.dependency_grid([spec])), spec]
-    unrecorded = [f"{s.notebook.stem}/{s.name}" for s in chain if not s.is_complete()]
-    if unrecorded:
-        raise RunError(f"{', '.join(unrecorded)} has no record: verify compares a remake with a record; "
-                       f"make it first (frag run ... --select {unrecorded[0].split('/', 1)[1]}).")
-    if workdir and Path(workdir).exists() and any(Path(workdir).iterdir()):
-        raise RunError(f"--workdir {workdir} is not empty: verify remakes into an empty cache; name a new folder.")
-    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="frag-verify-"))
-    try:
-        with runs.environment(FRAG_CACHE_DIR=str(root)):  # this process and the kernels it starts
-            return [{"run": f"{s.notebook.stem}/{s.name}", **runs.remake(s, "make verify")} for s in chain]
-    finally:
-        if not workdir:
-            shutil.rmtree(root, ignore_errors=True)

