@@ -56,11 +56,12 @@ def summary() -> str:
             v = fc["rss_over_checkpoint_uncached"]
             rows.append(f"| the same on its first run (calibrating) | {v:.2f}x | <= 1.5x | "
                         f"{'yes' if v <= 1.5 else 'no'} |")
-    gj = load("grid_jobs")
-    if gj:
-        for jobs, ratio in gj["over_first"].items():
+    for gj in (load("grid_jobs"), load("grid_jobs_smol_slice")):
+        for jobs, ratio in (gj or {}).get("over_first", {}).items():
             if jobs != "1":
-                rows.append(f"| the {gj['profile']} grid from an empty cache, {jobs} jobs side by side / one job "
+                what = (f"a slice of the {gj['profile']} grid ({gj['records_against_first'][jobs]['runs']} runs)"
+                        if gj.get("slice") else f"the {gj['profile']} grid from an empty cache")
+                rows.append(f"| {what}, {jobs} jobs side by side / one job "
                             f"(wall; {gj['records_against_first'][jobs]['outside_tolerance']} records outside "
                             f"tolerance) | {ratio:.2f}x | (reported) | - |")
     fa = load("frag_vs_attack")
