@@ -760,6 +760,35 @@ def frontier_table3(df: pd.DataFrame, predictors: Sequence[str] = PAPER_TABLE3_P
     return pd.DataFrame(rows)
 
 
+# The paper's Appendix C.5: FRAG's importance term replaced (notebook 07), what each needs, and the
+# paper's ρ against ΔES on its 15 TOFU-1B checkpoints (Table importance_variants)
+IMPORTANCE_REQUIRES = {"activation": "forward", "fisher": "backward", "influence": "backward", "obd": "backward",
+                       "ig": "backward"}
+PAPER_IMPORTANCE_RHO = {"activation": -0.92, "fisher": 0.57, "influence": 0.25, "obd": -0.79, "ig": -0.84}
+# A loss barrier above this (nats of mean answer-token loss) is a bump; below it, rounding along a
+# line on which the loss never rises above its chord (the paper's tab:lmc: 0.000 for 42 checkpoints)
+BARRIER_BUMP = 1e-3
+# The paper's tab:lmc at 1B: family -> (checkpoints, the barrier's range as printed)
+PAPER_LMC = {"dense and FRP": (42, "0.000"), "SP": (4, "0.076-0.387")}
+
+
+def lmc_table(df: pd.DataFrame) -> pd.DataFrame:
+    """The paper's ``tab:lmc`` on a set of checkpoints (``method`` and ``barrier`` per row): per
+    family (dense: GA, GradDiff, NPO, RMU; FRP; SP) the checkpoints, the barrier's least and largest
+    value, and how many exceed :data:`BARRIER_BUMP`, beside the paper's 1B values (which pool dense
+    and FRP)."""
+    family = df.method.map(lambda m: "SP" if m == "sp" else "FRP" if m == "frp" else "dense")
+    rows = []
+    for name in ("dense", "FRP", "SP"):
+        part = df.barrier[family.eq(name)]
+        if len(part):
+            paper = PAPER_LMC["SP" if name == "SP" else "dense and FRP"]
+            rows.append({"family": name, "checkpoints": len(part), "barrier_min": float(part.min()),
+                         "barrier_max": float(part.max()), "with_a_bump": int(part.gt(BARRIER_BUMP).sum()),
+                         "paper_1B_checkpoints": paper[0], "paper_1B_barrier": paper[1]})
+    return pd.DataFrame(rows)
+
+
 def detectable_rho(n: int, level: float = 0.95, power: float = 0.8) -> float:
     """The smallest |ρ| that ``n`` independent checkpoints detect with ``power`` at two-sided
     ``level`` (Fisher's z with Spearman's variance 1.06 / (n − 3)). A floor: checkpoints of a few

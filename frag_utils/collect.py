@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from . import analysis, drift, parameters, paths, records, runs, tables
@@ -31,6 +32,7 @@ ATTACK_PRECISION_06 = ("06_attacks.attack_precision.yaml", "06_attacks.attack_pr
 # (one attack file per split, so that the runs' names stay the same as the file grows)
 FRONTIER_05 = "05_unlearn.frontier.yaml"
 FRONTIER_06 = ("06_attacks.frontier_forget10.yaml", "06_attacks.frontier_forget05.yaml")
+FRONTIER_07 = ("07_ablations.frontier_forget10.yaml", "07_ablations.frontier_forget05.yaml")  # one per split
 FRONTIER_SEEDS = (42, 1)  # the attack seeds of each healthy checkpoint: attack.sh's, then one more
 # issue 43: the forget10 Table 3 checkpoints unlearned from the target of another training seed, attacked
 SECOND_TARGET_05, SECOND_TARGET_06 = "05_unlearn.target_seed43.yaml", "06_attacks.target_seed43.yaml"
@@ -529,7 +531,52 @@ class Collection:
         return {"frontier_models": listing.assign(delta_es=models.delta_es.map(lambda v: [round(d, 3) for d in v])),
                 "frontier_utility_parts": utility_parts,
                 "frontier_table3": pd.concat(table3, ignore_index=True) if table3 else pd.DataFrame(),
-                "frontier_matched_utility": analysis.utility_bands(either) if len(either) else pd.DataFrame()}
+                "frontier_matched_utility": analysis.utility_bands(either) if len(either) else pd.DataFrame(),
+                **self.frontier_ablations(either, n_boot)}
+
+    def frontier_ablations(self, attacked: pd.DataFrame, n_boot: int) -> dict[str, pd.DataFrame]:
+        """The healthy frontier's notebook-07 runs (:data:`FRONTIER_07`, planned with the attacks by
+        ``scripts/plan_frontier_attacks.py``) over ``attacked`` (the attacked checkpoints healthy by
+        either rule, from :meth:`frontier`):
+
+        * ``frontier_lmc``: the paper's ``tab:lmc``, per family (dense: GA, GradDiff, NPO, RMU; FRP;
+          SP) the checkpoints, the forget-loss barrier's least and largest value along the line from
+          the target, how many show a bump (a barrier above :data:`analysis.BARRIER_BUMP`), and the
+          paper's 1B values;
+        * ``frontier_importance``: the paper's ``importance_variants`` on this set, FRAG with each
+          importance term in place of the activation norms, with Table 3's intervals per healthy
+          rule (:func:`analysis.frontier_table3`), beside the paper's 1B ρ.
+
+        A checkpoint enters once a 07 run whose parameters equal its file's has scored it; both
+        tables are empty until one has."""
+        found = {}
+        for spec in (s for f in FRONTIER_07 for s in self.planned("07_ablations", f)):
+            if spec.is_complete():
+                rec = records.read_json(spec.out_dir / paths.RESULTS_FILE)
+                self.sources.setdefault("frontier_lmc", []).append(f"07_ablations/{spec.name}")
+                for row in rec["results"]["barrier"]:
+                    found.setdefault(row["unlearned_run"], {})["barrier"] = row["barrier"]
+                for row in rec["results"]["scores"]:
+                    found.setdefault(row["unlearned_run"], {})[f"FRAG_x100:{row['importance']}"] = row["FRAG_x100"]
+        scored = attacked.assign(**{k: [found.get(run.split("/", 1)[1], {}).get(k, np.nan) for run in attacked.run]
+                                    for k in sorted({k for v in found.values() for k in v})})
+        if "barrier" not in scored or scored.barrier.isna().all():
+            return {"frontier_lmc": pd.DataFrame(), "frontier_importance": pd.DataFrame()}
+        scored = scored.dropna(subset=["barrier"])
+        self.sources["frontier_importance"] = self.sources["frontier_lmc"] = [
+            *self.sources["frontier_lmc"], *scored.run]
+        lmc = analysis.lmc_table(scored)
+        kinds = [k for k in analysis.IMPORTANCE_REQUIRES if f"FRAG_x100:{k}" in scored]
+        importance = []
+        for rule in analysis.HEALTHY_RULES:
+            chosen = scored[scored[f"healthy_{rule}"]]
+            if len(chosen) >= 4:
+                t = analysis.frontier_table3(chosen, [f"FRAG_x100:{k}" for k in kinds], n_boot=n_boot)
+                kind = t.predictor.str.split(":").str[1]
+                importance.append(t.assign(rule=rule, importance=kind, requires=kind.map(analysis.IMPORTANCE_REQUIRES),
+                                           paper_1B=kind.map(analysis.PAPER_IMPORTANCE_RHO)))
+        return {"frontier_lmc": lmc,
+                "frontier_importance": pd.concat(importance, ignore_index=True) if importance else pd.DataFrame()}
 
     def frontier_attack_plan(self, forget_split: str, seeds: tuple[int, ...] = FRONTIER_SEEDS) -> list[dict]:
         """The forget+retain attacks of the frontier's checkpoints on ``forget_split`` that forget and

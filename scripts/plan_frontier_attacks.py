@@ -1,13 +1,16 @@
-"""Write the healthy frontier's attack files from the unlearning records (issue 39).
+"""Write the healthy frontier's attack and ablation files from the unlearning records (issue 39).
 
     python scripts/plan_frontier_attacks.py [--profile smol]
 
 For each split of 05_unlearn.frontier.yaml, every recorded checkpoint that forgets and is healthy
 by either rule of docs/choices.md ("The healthy frontier"; frag_utils.analysis.healthy_by_rule) gets
 the faithful grid's forget+retain attack at seeds 42 and 1, in
-papermill_runs/params/<profile>/06_attacks.frontier_<split>.yaml. The rule reads the unlearning
-records alone, never an attack. Run it again as more unlearning records land: the files only grow,
-and the runs' names stay as they were (one file per split).
+papermill_runs/params/<profile>/06_attacks.frontier_<split>.yaml, and a place in the split's one
+notebook-07 run (the loss barrier along the line from the target, and FRAG with each importance
+term), in 07_ablations.frontier_<split>.yaml at the paper profile's settings. The rule reads the
+unlearning records alone, never an attack. Run it again as more unlearning records land: the attack
+files only grow, and their runs' names stay as they were (one file per split); a grown list of
+checkpoints makes the split's 07 run incomplete (its parameters changed), so it is made again whole.
 """
 from __future__ import annotations
 
@@ -17,12 +20,23 @@ import yaml
 
 from frag_utils import collect
 
+# notebook 07 at the paper profile's settings (papermill_runs/params/paper/07_ablations.yaml)
+ABLATION = {"original": "profile-target", "prompt_template": "openunlearning", "n_calib": 128, "ig_steps": 4,
+            "lmc_stride": 0.05}
+
 HEADER = """# {profile}: the healthy frontier's relearning attacks on {split} (issue 39), written by
 # scripts/plan_frontier_attacks.py from the records of 05_unlearn.frontier.yaml: every checkpoint that
 # takes forget ES at least 0.1 below the target's and keeps Model Utility (or Model Utility without its
 # real-authors ROUGE) at least half the target's, decided before any of them was attacked
 # (docs/choices.md, "The healthy frontier"); the faithful grid's forget+retain attack (the settings of
 # 06_attacks.table1.yaml), at seed 42 for every checkpoint, then at seed 1. Do not edit by hand.
+"""
+
+HEADER_07 = """# {profile}: the loss barrier and FRAG's importance terms on the healthy frontier's {split} checkpoints
+# (issue 39, step 5; issue 42), written by scripts/plan_frontier_attacks.py with the attack file of
+# the same split: every checkpoint it attacks, in one notebook-07 run at the paper profile's settings
+# (forget-set loss at 21 points from the target to the checkpoint; n_calib 128, 4 integrated-gradient
+# steps). Do not edit by hand.
 """
 
 
@@ -41,6 +55,12 @@ def main() -> None:
         text = HEADER.format(profile=args.profile, split=split) + body
         (grid.params_dir / file).write_text(text)
         print(f"{file}: {len(entries)} attacks of {len(entries) // len(collect.FRONTIER_SEEDS)} checkpoints")
+        checkpoints = list(dict.fromkeys(e["unlearned_run"] for e in entries))
+        ablation = {"profile": args.profile, **ABLATION, "forget_split": split, "unlearned_runs": ",".join(checkpoints)}
+        file_07 = collect.FRONTIER_07[collect.FRONTIER_06.index(file)]
+        (grid.params_dir / file_07).write_text(HEADER_07.format(profile=args.profile, split=split)
+                                               + yaml.safe_dump([ablation], sort_keys=False, width=100000))
+        print(f"{file_07}: the barrier and the importance terms of {len(checkpoints)} checkpoints")
 
 
 if __name__ == "__main__":

@@ -412,6 +412,41 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
     assert fig.axes[0].get_title().startswith("healthy (paper)") and f"n {len(healthy) - 1}," in fig.axes[0].get_title()
     plots.close(fig)
 
+    # notebook 07 over the attacked checkpoints (scripts/plan_frontier_attacks.py's file): the barrier
+    # table counts each family's bumps, and FRAG with each importance term gets Table 3's intervals
+    assert not len(out["frontier_lmc"]) and not len(out["frontier_importance"])  # no 07 record yet
+    attacked = list(deltas)
+    (params / "smol" / collect.FRONTIER_07[0]).write_text(yaml.safe_dump([
+        {"profile": "smol", "original": "profile-target", "forget_split": "forget10", "n_calib": 128,
+         "unlearned_runs": ",".join(attacked)}]))
+    (spec_07,) = runs.plan_run("07_ablations", params / "smol" / collect.FRONTIER_07[0])
+    method = {n: _record("05_unlearn", n, copied_runs)["results"]["row"]["method"] for n in attacked}
+    barrier = {n: (0.2 + 0.1 * i if method[n] == "sp" else 1e-5 * i) for i, n in enumerate(attacked)}
+    frag_05 = {n: _record("05_unlearn", n, copied_runs)["results"]["row"]["FRAG_x100"] for n in attacked}
+    scores = [{"unlearned_run": n, "importance": kind, "FRAG_x100": value}
+              for n in attacked for kind, value in (("activation", frag_05[n]), ("fisher", -frag_05[n]))]
+    spec_07.out_dir.mkdir(parents=True)
+    (spec_07.out_dir / "results.json").write_text(json.dumps({
+        "provenance": {"params": dict(spec_07.params)},
+        "results": {"scores": scores, "barrier": [{"unlearned_run": n, "barrier": b} for n, b in barrier.items()]}}))
+    shutil.copy(paths.NOTEBOOKS_DIR / "07_ablations.ipynb", spec_07.executed)
+    out = collect.Collection("smol").frontier(n_boot=50)
+    lmc = out["frontier_lmc"].set_index("family")
+    family = {n: "SP" if m == "sp" else "FRP" if m == "frp" else "dense" for n, m in method.items()}
+    for name in set(family.values()):
+        mine = [barrier[n] for n in attacked if family[n] == name]
+        assert lmc.loc[name, "checkpoints"] == len(mine)
+        assert lmc.loc[name, "with_a_bump"] == sum(b > analysis.BARRIER_BUMP for b in mine)
+        assert lmc.loc[name, "barrier_max"] == pytest.approx(max(mine))
+    imp = out["frontier_importance"].set_index(["rule", "subset", "importance"])
+    frag_rows = t3.set_index(["rule", "subset", "predictor"])
+    for (rule, subset, kind), row in imp.iterrows():
+        # activation: the 05 FRAG itself; fisher: its negative
+        same = frag_rows.loc[(rule, subset, "FRAG_x100")]
+        assert row.rho == pytest.approx(same.rho if kind == "activation" else -same.rho)
+        assert row.requires == ("forward" if kind == "activation" else "backward")
+    assert set(imp.index.get_level_values("importance")) == {"activation", "fisher"}
+
 
 def test_the_second_target_sets_each_table3_checkpoint_beside_its_twin_from_the_other_target(copied_runs):
     """Issue 43's tables, read slowly: the seeds' spread of each judged number of notebook 02, and each
