@@ -34,6 +34,20 @@ FRONTIER_05 = "05_unlearn.frontier.yaml"
 FRONTIER_06 = ("06_attacks.frontier_forget10.yaml", "06_attacks.frontier_forget05.yaml")
 FRONTIER_07 = ("07_ablations.frontier_forget10.yaml", "07_ablations.frontier_forget05.yaml")  # one per split
 FRONTIER_SEEDS = (42, 1)  # the attack seeds of each healthy checkpoint: attack.sh's, then one more
+# issue 42: the attack variants, on one healthy frontier checkpoint per method at matched utility and
+# the split's gold model (scripts/plan_attack_variants.py), one file per family and split
+# (variants_file); each variant is one change of the grid's forget+retain attack (06_attacks.table1.yaml's
+# first entry)
+VARIANT_SPLITS = ("forget10",)
+ATTACK_VARIANTS = {
+    "attack_lr": ({"lr": 5e-5}, {"lr": 1e-4}, {"lr": 4e-4}),  # the protocol's 2e-4 x 1/4, 1/2, 2
+    "attack_optim": ({"optimizer": "sgd_momentum"}, {"optimizer": "adagrad"}, {"weight_decay": 0.0}),
+    "attack_data": ({"attack_data": "forget"}, {"attack_data": "retain"}, {"attack_data": "mix50"}),
+    "attack_horizon": ({"epochs": 10, "eval_epochs": "1,2,3,5,10"},),
+    "attack_lora": ({"lora_rank": 16, "lr": 1e-3},),  # LoRA at 5x the protocol's rate, as LoRA is usually run
+}
+VARIANT_SEEDS = (42, 1)
+UTILITY_BOUND = 0.5  # the worst attack counts only attacks that keep this fraction of the target's Model Utility
 # issue 43: the forget10 Table 3 checkpoints unlearned from the target of another training seed, attacked
 SECOND_TARGET_05, SECOND_TARGET_06 = "05_unlearn.target_seed43.yaml", "06_attacks.target_seed43.yaml"
 SECOND_TARGET_PREDICTORS = ("es_before", "l2_all", "FRAG_x100", "A_f_x100", "A_r_x100")
@@ -133,6 +147,32 @@ def _same_attack_but_the_seed(repeats: list[dict], attacks: list[dict]) -> None:
         if seed in seen:
             raise ValueError(f"{r['run']} repeats an attack at a seed it was already run with ({seed[1]}).")
         seen.add(seed)
+
+
+def variants_file(family: str, forget_split: str) -> str:
+    """The attack file of one family of :data:`ATTACK_VARIANTS` on one split (one per family, so
+    that only the family's own settings vary in it and name its runs)."""
+    return f"06_attacks.{family}_{forget_split}.yaml"
+
+
+def _variant_label(change: dict) -> str:
+    """How an attack variant is named in its table: its changes of the protocol, ``key value``."""
+    return ", ".join(f"{k} {parameters._fmt(v)}" for k, v in change.items() if k != "eval_epochs")
+
+
+def _by_epoch(recs: list[dict], horizon: bool) -> list[tuple[int | None, list[dict]]]:
+    """The attack numbers of ``recs`` (one per seed): per evaluated epoch of a horizon run (its
+    ``epochs`` record, ΔES from the ES before), else its end (``row``); ``[]`` without records."""
+    if not recs:
+        return []
+    if not horizon:
+        return [(None, [{"es": _row(r)["es_after"], "delta_es": _row(r)["delta_es"],
+                         "model_utility": _row(r)["model_utility_after"]} for r in recs])]
+    epochs = sorted({int(e) for r in recs for e in r["results"]["epochs"]})
+    return [(e, [{"es": r["results"]["epochs"][str(e)]["es"],
+                  "delta_es": r["results"]["epochs"][str(e)]["es"] - _row(r)["es_before"],
+                  "model_utility": r["results"]["epochs"][str(e)]["model_utility"]}
+                 for r in recs if str(e) in r["results"]["epochs"]]) for e in epochs]
 
 
 class Collection:
@@ -591,6 +631,107 @@ class Collection:
         chosen = models[(models.healthy_paper | models.healthy_parts) & models.forget_split.eq(forget_split)]
         return [{**protocol, "unlearned_run": run.split("/", 1)[1], "forget_split": forget_split,
                  "attack_data": "forget_retain", "seed": seed} for seed in seeds for run in chosen.run]
+
+    # -- issue 42: the attack variants -----------------------------------------------------------
+    def _protocol(self) -> dict:
+        """The grid's forget+retain attack (the first entry of its attack file), less what names the model."""
+        import yaml
+
+        protocol = yaml.safe_load((self.params_dir / self.grid_06).read_text())[0]
+        return {k: v for k, v in protocol.items() if k not in ("unlearned_run", "forget_split", "attack_data")}
+
+    def variant_checkpoints(self, forget_split: str) -> dict[str, str]:
+        """The checkpoints the attack variants run on (model label -> 05 run name): the split's gold
+        model of the faithful grid, then, per method (FRP per veto P), the frontier checkpoint that
+        forgets and is healthy by the paper's rule whose Model Utility, as a fraction of the target's,
+        is nearest the median of all such checkpoints of the split (the first in file order on a
+        tie). Read from the unlearning records alone, as the frontier's healthy rule is."""
+        gold = [r for r in self.methods_of_file(self.grid_05)
+                if _row(r)["method"] == "gold" and _row(r)["forget_split"] == forget_split]
+        models = self.frontier_models()
+        healthy = models[models.healthy_paper & models.forget_split.eq(forget_split)]
+        chosen = {"gold": _name(gold[0])} if gold else {}
+        if len(healthy):
+            frac = healthy.model_utility / healthy.target_model_utility
+            off = (frac - frac.median()).abs()
+            for label in dict.fromkeys(healthy.model):
+                chosen[label] = healthy.run[off[healthy.model.eq(label)].idxmin()].split("/", 1)[1]
+        return chosen
+
+    def attack_variants_plan(self, forget_split: str, seeds: tuple[int, ...] = VARIANT_SEEDS) -> dict[str, list]:
+        """Per family of :data:`ATTACK_VARIANTS`, the entries of its file on the split
+        (:func:`variants_file`): each change on every checkpoint of :meth:`variant_checkpoints`, at
+        each seed (the first seed for all before the next). The protocol itself is not listed: its
+        runs are the frontier's and the grid's attacks."""
+        protocol, chosen = self._protocol(), self.variant_checkpoints(forget_split).values()
+        return {family: [{**protocol, "unlearned_run": run, "forget_split": forget_split,
+                          "attack_data": "forget_retain", "seed": seed, **change}
+                         for seed in seeds for run in chosen for change in changes]
+                for family, changes in ATTACK_VARIANTS.items()}
+
+    def attack_variants(self) -> dict[str, pd.DataFrame]:
+        """The paper's attack tables (``attack_lr``, ``attack_optim``, ``attack_mixture``,
+        ``attack_horizon``) and a LoRA row, on the checkpoints of each split's variants file, in one
+        long table ``attack_variants``: per family, variant and model, the attack seeds recorded, the
+        mean ES after the attack with the seeds' range, ΔES, and Model Utility after; each family's
+        first rows are the model before the attack and the protocol's attack (the frontier's and the
+        grid's records at the same seeds), a horizon's rows are its run's evaluations after each
+        epoch. And ``attack_worst``: per split and model, the variant with the highest mean ES after
+        among those keeping Model Utility at least :data:`UTILITY_BOUND` of the target's (TamperBench's
+        strongest attack within a utility bound), with how many variants qualified. Empty until a
+        variant is recorded."""
+        protocol, rows, used = self._protocol(), [], []
+
+        def found(params):
+            return self.all_attacks.get(parameters.params_key(params, self.defaults_06))
+
+        for split in VARIANT_SPLITS:
+            for family, changes in ATTACK_VARIANTS.items():
+                planned = self.planned("06_attacks", variants_file(family, split))
+                runs_of = list(dict.fromkeys(s.params["unlearned_run"] for s in planned))
+                labels = {r: short_label(self.method_by_run[r]) if r in self.method_by_run else r for r in runs_of}
+                seeds = sorted({s.params["seed"] for s in planned})
+                for run in runs_of:
+                    base = {**protocol, "unlearned_run": run, "forget_split": split, "attack_data": "forget_retain"}
+                    first = [r for r in (found({**base, "seed": seed}) for seed in seeds) if r is not None]
+                    model = _row(self.method_by_run[run]) if run in self.method_by_run else None
+                    target_mu = model["target_model_utility"] if model else float("nan")
+                    before = _row(first[0]) if first else model
+                    if before is not None:
+                        rows.append({"split": split, "family": family, "variant": "before the attack",
+                                     "model": labels[run], "seeds": 0,
+                                     "es_after": before.get("es_before", before.get("es")), "es_after_range": 0.0,
+                                     "delta_es": 0.0, "model_utility_after": before.get(
+                                         "model_utility_before", before.get("model_utility"))})
+                    cases = [("protocol", first)] + [
+                        (_variant_label(change), [r for r in (found({**base, "seed": seed, **change}) for seed in seeds)
+                                                  if r is not None]) for change in changes]
+                    for label, recs in cases:
+                        used += [r["run"] for r in recs]
+                        for epoch, epoch_rows in _by_epoch(recs, family == "attack_horizon" and label != "protocol"):
+                            es = [e["es"] for e in epoch_rows]
+                            rows.append({"split": split, "family": family,
+                                         "variant": f"{label}, after epoch {epoch}" if epoch else label,
+                                         "model": labels[run], "seeds": len(es), "es_after": float(np.mean(es)),
+                                         "es_after_range": float(np.ptp(es)) if len(es) > 1 else 0.0,
+                                         "delta_es": float(np.mean([e["delta_es"] for e in epoch_rows])),
+                                         "model_utility_after": float(np.mean([e["model_utility"]
+                                                                               for e in epoch_rows])),
+                                         "target_model_utility": target_mu})
+        table = pd.DataFrame(rows)
+        if not len(table) or not (table.seeds.gt(0) & ~table.variant.isin(["before the attack", "protocol"])).any():
+            return {"attack_variants": pd.DataFrame(), "attack_worst": pd.DataFrame()}
+        self.sources["attack_variants"] = self.sources["attack_worst"] = list(dict.fromkeys(used))
+        attacked = table[table.seeds.gt(0)].drop_duplicates(["split", "variant", "model"])
+        within = attacked[attacked.model_utility_after >= UTILITY_BOUND * attacked.target_model_utility]
+        worst = [{**within.loc[part.es_after.idxmax(), ["split", "model", "variant", "seeds", "es_after",
+                                                         "delta_es", "model_utility_after"]].to_dict(),
+                  "variants_within_bound": len(part), "variants_attacked": int(
+                      attacked.split.eq(split).mul(attacked.model.eq(model)).sum())}
+                 for (split, model), part in within.groupby(["split", "model"], sort=False)]
+        self.provenance["attack_worst"] = {
+            "utility_bound": f"Model Utility after the attack at least {UTILITY_BOUND:g} of the target's"}
+        return {"attack_variants": table.drop(columns="target_model_utility"), "attack_worst": pd.DataFrame(worst)}
 
     # -- issue 43: the target's training seed ---------------------------------------------------
     def targets(self, table3_checkpoints: pd.DataFrame) -> dict[str, pd.DataFrame]:

@@ -224,12 +224,23 @@ def _fmt(value: Any) -> str:
     return format(value, "g") if isinstance(value, float) else str(value)
 
 
+# the longest run name: a folder name leaves room for its twins' suffixes within 255 characters
+MAX_RUN_NAME = 230
+
+
 def run_name(params: dict, overrides: dict, tag: str = "") -> str:
     """``<profile>`` (``<profile>.<tag>`` for a suffixed parameter file) plus ``__name=value``
     for each override, sorted."""
     base = str(params.get("profile", "custom")) + (f".{tag}" if tag else "")
     extra = [f"{k}={_fmt(v)}" for k, v in sorted(overrides.items()) if k not in ("profile", "run_name")]
-    return paths.safe_name("__".join([base, *extra]))
+    name = paths.safe_name("__".join([base, *extra]))
+    if len(name) > MAX_RUN_NAME:
+        raise RunError(f"The run name {name[:80]}... is {len(name)} characters long, more than {MAX_RUN_NAME}: a "
+                       f"run's folders (and its '.work', '.running' and '.committed' twins) must fit the file "
+                       f"system's 255. It names every parameter that varies across its file "
+                       f"({', '.join(sorted(k for k in overrides if k != 'run_name'))}): split the file so that "
+                       "fewer vary in each, or give the run a shorter run_name.")
+    return name
 
 
 def params_key(params: dict, defaults: dict | None = None, notebook: str | None = None) -> str:

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from frag_utils import collect, paths
+from frag_utils import collect, parameters, paths
 
 PARAMS = paths.PARAMS_DIR / "smol"
 NPO = "smol.table1__forget_split=forget10__grad_accum=1__lr=5e-05__method=npo__weights=bf16"
@@ -535,3 +535,96 @@ def test_the_second_target_sets_each_table3_checkpoint_beside_its_twin_from_the_
         if json.loads(f.read_text())["provenance"]["params"]["unlearned_run"] in
         {grid_05[s.params["method"]]["folder"] for s in planned_05 if s.params["method"] != "npo"}
         and json.loads(f.read_text())["provenance"]["params"]["attack_data"] == "forget_retain"}
+
+
+def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched_utility(copied_runs, tmp_path,
+                                                                                        monkeypatch):
+    """The checkpoints chosen the slow way (per method, the healthy one nearest the median utility
+    fraction), each plan entry one change of the protocol, and the collected table's means, ranges,
+    horizon epochs and worst attack within the utility bound read back from constructed records."""
+    import numpy as np
+
+    from frag_utils import runs
+
+    params = tmp_path / "params"
+    shutil.copytree(paths.PARAMS_DIR, params)
+    monkeypatch.setattr(paths, "PARAMS_DIR", params)
+    grid = collect.Collection("smol")
+    models = grid.frontier_models()
+    healthy = models[models.healthy_paper & models.forget_split.eq("forget10")]
+    assert len(healthy) >= 2
+    chosen = grid.variant_checkpoints("forget10")
+    median = float(np.median(healthy.model_utility / healthy.target_model_utility))
+    for label in set(healthy.model):
+        part = [r for r in healthy.itertuples() if r.model == label]
+        best = min(part, key=lambda r: abs(r.model_utility / r.target_model_utility - median))  # first on a tie
+        assert chosen[label] == best.run.split("/", 1)[1]
+    assert list(chosen)[0] == "gold" and "method=gold" in chosen["gold"] and len(chosen) == 1 + len(set(healthy.model))
+
+    plans = grid.attack_variants_plan("forget10")
+    protocol = yaml.safe_load((params / "smol" / collect.GRID_06).read_text())[0]
+    for family, plan in plans.items():
+        changes = collect.ATTACK_VARIANTS[family]
+        assert len(plan) == len(collect.VARIANT_SEEDS) * len(chosen) * len(changes)
+        for e in plan:
+            base = {**protocol, "unlearned_run": e["unlearned_run"], "attack_data": "forget_retain", "seed": e["seed"]}
+            changed = {k: v for k, v in e.items() if base.get(k) != v}
+            assert changed in changes, changed
+        (params / "smol" / collect.variants_file(family, "forget10")).write_text(yaml.safe_dump(plan))
+    assert set(plans) == set(collect.ATTACK_VARIANTS)
+
+    label = next(k for k in chosen if k != "gold")
+    run = chosen[label]
+    source = next(f.parent.name for f in (copied_runs / "06_attacks").glob("smol.frontier_forget10*/results.json")
+                  if json.loads(f.read_text())["results"]["unlearned_run"] == run
+                  and json.loads(f.read_text())["provenance"]["params"]["seed"] == 42)
+    target_mu = _record("05_unlearn", run, copied_runs)["results"]["row"]["target_model_utility"]
+    variant_specs = [s for family in plans for s in runs.plan_run(
+        "06_attacks", params / "smol" / collect.variants_file(family, "forget10")) if s.params["unlearned_run"] == run]
+    assert all(len(s.name) <= parameters.MAX_RUN_NAME for s in variant_specs)
+    defaults = parameters.notebook_defaults("06_attacks")
+
+    def spec_of(seed, change):  # the planned run of one change at one seed
+        base = {**defaults, **protocol, "unlearned_run": run, "attack_data": "forget_retain", "seed": seed}
+        (spec,) = [s for s in variant_specs if s.params["seed"] == seed
+                   and {k: v for k, v in s.params.items() if k != "run_name" and base.get(k) != v} == change]
+        return spec
+
+    made = {  # (seed, change) -> (ES after, Model Utility after): lr 4e-4 recovers most but costs the utility
+        (42, ("lr", 5e-5)): (0.50, target_mu), (1, ("lr", 5e-5)): (0.60, target_mu),
+        (42, ("lr", 4e-4)): (0.99, 0.4 * target_mu), (42, ("optimizer", "adagrad")): (0.70, 0.9 * target_mu)}
+    es_before = _record("06_attacks", source, copied_runs)["results"]["row"]["es_before"]
+    for (seed, (key, value)), (es, mu) in made.items():
+        _fake_record(copied_runs, "06_attacks", spec_of(seed, {key: value}), source,
+                     row={"es_after": es, "delta_es": es - es_before, "model_utility_after": mu})
+    horizon = spec_of(42, {"epochs": 10, "eval_epochs": "1,2,3,5,10"})
+    _fake_record(copied_runs, "06_attacks", horizon, source, row={"es_after": 0.9, "model_utility_after": target_mu})
+    rec = json.loads((horizon.out_dir / "results.json").read_text())
+    curve = {1: 0.3, 2: 0.4, 3: 0.5, 5: 0.6, 10: 0.9}
+    rec["results"]["epochs"] = {str(e): {"es": v, "model_utility": target_mu} for e, v in curve.items()}
+    (horizon.out_dir / "results.json").write_text(json.dumps(rec))
+
+    out = collect.Collection("smol").attack_variants()
+    table = out["attack_variants"]
+    mine = table[table.model.eq(label)].set_index(["family", "variant"])
+    row = mine.loc[("attack_lr", "lr 5e-05")]
+    assert (row.seeds, row.es_after, row.es_after_range) == (2, pytest.approx(0.55), pytest.approx(0.10))
+    assert row.delta_es == pytest.approx(0.55 - es_before)
+    protocol_row = mine.loc[("attack_lr", "protocol")]
+    frontier = _record("06_attacks", source, copied_runs)["results"]["row"]
+    assert protocol_row.seeds >= 1 and (protocol_row.seeds > 1 or protocol_row.es_after == frontier["es_after"])
+    assert mine.loc[("attack_lr", "before the attack")].es_after == pytest.approx(es_before)
+    for epoch, es in curve.items():
+        assert mine.loc[("attack_horizon", f"epochs 10, after epoch {epoch}")].es_after == pytest.approx(es)
+    # the worst attack within the bound, the slow way: lr 4e-4 (0.99) costs too much utility
+    candidates = {"lr 5e-05": 0.55, "optimizer adagrad": 0.70,
+                  **{f"epochs 10, after epoch {e}": v for e, v in curve.items()}}
+    for family in ("attack_lr", "attack_optim", "attack_data", "attack_horizon", "attack_lora"):
+        if ("protocol" not in candidates and (family, "protocol") in mine.index
+                and mine.loc[(family, "protocol")].model_utility_after >= collect.UTILITY_BOUND * target_mu):
+            candidates["protocol"] = mine.loc[(family, "protocol")].es_after
+    worst = out["attack_worst"].set_index("model").loc[label]
+    assert worst.variant == max(candidates, key=candidates.get)
+    assert worst.es_after == pytest.approx(max(candidates.values()))
+    assert worst.variants_within_bound == len(candidates) and worst.variants_attacked == len(candidates) + 1
+    assert ("attack_lr", "lr 0.0004") in mine.index and mine.loc[("attack_lr", "lr 0.0004")].es_after == 0.99

@@ -67,6 +67,18 @@ def test_list_files_name_runs_by_what_varies(tmp_path):
     assert names == ["tiny__forget_split=forget01", "tiny__forget_split=forget05"]
 
 
+def test_a_run_name_too_long_for_a_folder_is_refused_before_anything_runs(tmp_path):
+    f = tmp_path / "grid.yaml"
+    long = "x" * 200  # a value this long names a run past the file system's 255 with its suffixes
+    f.write_text(f"- {{profile: tiny, unlearned_run: a{long}, lr: 1.0e-4}}\n"
+                 f"- {{profile: tiny, unlearned_run: b{long}, lr: 2.0e-4}}\n")
+    with pytest.raises(parameters.RunError, match=r"characters long, more than 230.*lr, unlearned_run.*split the file"):
+        runs.plan_run("06_attacks", f)
+    short = long[:60]
+    f.write_text(f"- {{profile: tiny, unlearned_run: a{short}}}\n- {{profile: tiny, unlearned_run: b{short}}}\n")
+    assert all(len(s.name) <= parameters.MAX_RUN_NAME for s in runs.plan_run("06_attacks", f))
+
+
 def test_run_names_hold_only_the_parameters_that_apply_to_the_run(tmp_path):
     grid = ("- &b {profile: tiny, method: frp, sparsity: 0.01, lr: 5.0e-5, rmu_coeff: 2.0}\n"
             "- {<<: *b, method: rmu, sparsity: 0.0, lr: 1.0e-3, rmu_coeff: 200.0}\n"
