@@ -45,7 +45,10 @@ ATTACK_VARIANTS = {
     "attack_data": ({"attack_data": "forget"}, {"attack_data": "retain"}, {"attack_data": "mix50"}),
     "attack_horizon": ({"epochs": 10, "eval_epochs": "1,2,3,5,10"},),
     "attack_lora": ({"lora_rank": 16, "lr": 1e-3},),  # LoRA at 5x the protocol's rate, as LoRA is usually run
+    # not a variant: the protocol's attack again with lm-eval's multiple choice before and after it
+    "multiple_choice": ({"eval_mc": True},),
 }
+MC_CHANCE = 0.25  # four options (frag_utils.multiple_choice)
 VARIANT_SEEDS = (42, 1)
 UTILITY_BOUND = 0.5  # the worst attack counts only attacks that keep this fraction of the target's Model Utility
 # issue 43: the forget10 Table 3 checkpoints unlearned from the target of another training seed, attacked
@@ -685,9 +688,13 @@ class Collection:
         def found(params):
             return self.all_attacks.get(parameters.params_key(params, self.defaults_06))
 
+        mc = []
         for split in VARIANT_SPLITS:
             for family, changes in ATTACK_VARIANTS.items():
                 planned = self.planned("06_attacks", variants_file(family, split))
+                if family == "multiple_choice":
+                    mc += [(split, r) for r in (found(s.params) for s in planned) if r is not None]
+                    continue
                 runs_of = list(dict.fromkeys(s.params["unlearned_run"] for s in planned))
                 labels = {r: short_label(self.method_by_run[r]) if r in self.method_by_run else r for r in runs_of}
                 seeds = sorted({s.params["seed"] for s in planned})
@@ -719,8 +726,9 @@ class Collection:
                                                                                for e in epoch_rows])),
                                          "target_model_utility": target_mu})
         table = pd.DataFrame(rows)
+        choice = self._multiple_choice(mc)
         if not len(table) or not (table.seeds.gt(0) & ~table.variant.isin(["before the attack", "protocol"])).any():
-            return {"attack_variants": pd.DataFrame(), "attack_worst": pd.DataFrame()}
+            return {"attack_variants": pd.DataFrame(), "attack_worst": pd.DataFrame(), "multiple_choice": choice}
         self.sources["attack_variants"] = self.sources["attack_worst"] = list(dict.fromkeys(used))
         attacked = table[table.seeds.gt(0)].drop_duplicates(["split", "variant", "model"])
         within = attacked[attacked.model_utility_after >= UTILITY_BOUND * attacked.target_model_utility]
@@ -731,7 +739,21 @@ class Collection:
                  for (split, model), part in within.groupby(["split", "model"], sort=False)]
         self.provenance["attack_worst"] = {
             "utility_bound": f"Model Utility after the attack at least {UTILITY_BOUND:g} of the target's"}
-        return {"attack_variants": table.drop(columns="target_model_utility"), "attack_worst": pd.DataFrame(worst)}
+        return {"attack_variants": table.drop(columns="target_model_utility"), "attack_worst": pd.DataFrame(worst),
+                "multiple_choice": choice}
+
+    def _multiple_choice(self, found: list[tuple[str, dict]]) -> pd.DataFrame:
+        """The paper's multiple-choice family on the variants' checkpoints: per split and model, the
+        mean over attack seeds of lm-eval's 4-way accuracy on the forget set and on the utility sets
+        (real authors, world facts) before and after the forget+retain attack, with chance."""
+        if not found:
+            return pd.DataFrame()
+        self.sources["multiple_choice"] = [r["run"] for _, r in found]
+        rows = [{"split": split, "model": short_label(self.method_by_run[_row(r)["unlearned_run"]]),
+                 **{k: _row(r)[k] for k in ("mc_forget_acc_before", "mc_forget_acc_after", "mc_delta_forget_acc",
+                                            "mc_utility_acc_before", "mc_utility_acc_after")}} for split, r in found]
+        table = pd.DataFrame(rows).groupby(["split", "model"], sort=False)
+        return table.mean().join(table.size().rename("seeds")).reset_index().assign(chance=MC_CHANCE)
 
     # -- issue 43: the target's training seed ---------------------------------------------------
     def targets(self, table3_checkpoints: pd.DataFrame) -> dict[str, pd.DataFrame]:

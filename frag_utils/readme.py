@@ -25,7 +25,7 @@ BLOCKS = {
                     "matched_controls", "ablation_lambda", "ablation_sparsity", "ablation_scoring",
                     "attack_precision", "frontier_models", "frontier_utility_parts", "frontier_table3",
                     "frontier_matched_utility", "frontier_lmc", "frontier_importance", "headline", "target_seeds",
-                    "second_target", "attack_variants", "attack_worst")},
+                    "second_target", "attack_variants", "attack_worst", "multiple_choice")},
     "bench": "bench/results/summary.md",
 }
 

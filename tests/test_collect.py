@@ -604,8 +604,18 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
     rec["results"]["epochs"] = {str(e): {"es": v, "model_utility": target_mu} for e, v in curve.items()}
     (horizon.out_dir / "results.json").write_text(json.dumps(rec))
 
+    mc = {"mc_forget_acc_before": 0.30, "mc_forget_acc_after": 0.55, "mc_delta_forget_acc": 0.25,
+          "mc_utility_acc_before": 0.40, "mc_utility_acc_after": 0.45}
+    for seed, shift in ((42, 0.0), (1, 0.1)):  # the protocol's attack again, with multiple choice
+        _fake_record(copied_runs, "06_attacks", spec_of(seed, {"eval_mc": True}), source,
+                     row={k: v + shift for k, v in mc.items()})
+
     out = collect.Collection("smol").attack_variants()
+    choice = out["multiple_choice"].set_index("model").loc[label]
+    assert choice.seeds == 2 and choice.chance == 0.25
+    assert all(choice[k] == pytest.approx(v + 0.05) for k, v in mc.items())
     table = out["attack_variants"]
+    assert not table.family.eq("multiple_choice").any()
     mine = table[table.model.eq(label)].set_index(["family", "variant"])
     row = mine.loc[("attack_lr", "lr 5e-05")]
     assert (row.seeds, row.es_after, row.es_after_range) == (2, pytest.approx(0.55), pytest.approx(0.10))
