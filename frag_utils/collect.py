@@ -33,6 +33,9 @@ ATTACK_PRECISION_06 = ("06_attacks.attack_precision.yaml", "06_attacks.attack_pr
 FRONTIER_05 = "05_unlearn.frontier.yaml"
 FRONTIER_06 = ("06_attacks.frontier_forget10.yaml", "06_attacks.frontier_forget05.yaml")
 FRONTIER_07 = ("07_ablations.frontier_forget10.yaml", "07_ablations.frontier_forget05.yaml")  # one per split
+# their settings: the paper profile's (papermill_runs/params/paper/07_ablations.yaml) on the smol target
+FRONTIER_ABLATION = {"original": "profile-target", "prompt_template": "openunlearning", "n_calib": 128, "ig_steps": 4,
+                     "lmc_stride": 0.05}
 FRONTIER_SEEDS = (42, 1)  # the attack seeds of each healthy checkpoint: attack.sh's, then one more
 # issue 42: the attack variants, on one healthy frontier checkpoint per method at matched utility and
 # the split's gold model (scripts/plan_attack_variants.py), one file per family and split
@@ -592,11 +595,11 @@ class Collection:
 
         A checkpoint enters once a 07 run whose parameters equal its file's has scored it; both
         tables are empty until one has."""
-        found = {}
+        found, ablation_runs = {}, []
         for spec in (s for f in FRONTIER_07 for s in self.planned("07_ablations", f)):
             if spec.is_complete():
                 rec = records.read_json(spec.out_dir / paths.RESULTS_FILE)
-                self.sources.setdefault("frontier_lmc", []).append(f"07_ablations/{spec.name}")
+                ablation_runs.append(f"07_ablations/{spec.name}")
                 for row in rec["results"]["barrier"]:
                     found.setdefault(row["unlearned_run"], {})["barrier"] = row["barrier"]
                 for row in rec["results"]["scores"]:
@@ -606,8 +609,7 @@ class Collection:
         if "barrier" not in scored or scored.barrier.isna().all():
             return {"frontier_lmc": pd.DataFrame(), "frontier_importance": pd.DataFrame()}
         scored = scored.dropna(subset=["barrier"])
-        self.sources["frontier_importance"] = self.sources["frontier_lmc"] = [
-            *self.sources["frontier_lmc"], *scored.run]
+        self.sources["frontier_importance"] = self.sources["frontier_lmc"] = [*ablation_runs, *scored.run]
         lmc = analysis.lmc_table(scored)
         kinds = [k for k in analysis.IMPORTANCE_REQUIRES if f"FRAG_x100:{k}" in scored]
         importance = []
@@ -661,16 +663,32 @@ class Collection:
                 chosen[label] = healthy.run[off[healthy.model.eq(label)].idxmin()].split("/", 1)[1]
         return chosen
 
+    def _variant_base(self, run: str, forget_split: str) -> dict:
+        """The protocol's attack of one variant checkpoint: the grid's forget+retain attack, trained
+        with the weights in fp32 (a model stored in bf16, the grid's gold, is attacked in fp32 too, as
+        the frontier's checkpoints are: in bf16 storage small steps round away)."""
+        weights = self.method_by_run[run]["provenance"]["params"].get("weights") if run in self.method_by_run else None
+        return {**self._protocol(), "unlearned_run": run, "forget_split": forget_split, "attack_data": "forget_retain",
+                **({"weights": "fp32"} if weights == "bf16" else {})}
+
     def attack_variants_plan(self, forget_split: str, seeds: tuple[int, ...] = VARIANT_SEEDS) -> dict[str, list]:
         """Per family of :data:`ATTACK_VARIANTS`, the entries of its file on the split
         (:func:`variants_file`): each change on every checkpoint of :meth:`variant_checkpoints`, at
-        each seed (the first seed for all before the next). The protocol itself is not listed: its
-        runs are the frontier's and the grid's attacks."""
-        protocol, chosen = self._protocol(), self.variant_checkpoints(forget_split).values()
-        return {family: [{**protocol, "unlearned_run": run, "forget_split": forget_split,
-                          "attack_data": "forget_retain", "seed": seed, **change}
-                         for seed in seeds for run in chosen for change in changes]
-                for family, changes in ATTACK_VARIANTS.items()}
+        each seed (the first seed for all before the next); the first family's file also holds the
+        protocol's own attack of each checkpoint and seed. An entry another parameter file of the
+        profile already plans (the frontier's protocol attacks) is left to that file."""
+        elsewhere = {parameters.params_key(s.params, self.defaults_06)
+                     for f in sorted(self.params_dir.glob("06_attacks.*.yaml"))
+                     if not any(f.name == variants_file(family, forget_split) for family in ATTACK_VARIANTS)
+                     for s in self.planned("06_attacks", f.name)}
+        chosen = self.variant_checkpoints(forget_split).values()
+        first = next(iter(ATTACK_VARIANTS))
+        plans = {}
+        for family, changes in ATTACK_VARIANTS.items():
+            entries = [{**self._variant_base(run, forget_split), "seed": seed, **change}
+                       for seed in seeds for run in chosen for change in ({},) * (family == first) + changes]
+            plans[family] = [e for e in entries if parameters.params_key(e, self.defaults_06) not in elsewhere]
+        return plans
 
     def attack_variants(self) -> dict[str, pd.DataFrame]:
         """The paper's attack tables (``attack_lr``, ``attack_optim``, ``attack_mixture``,
@@ -679,11 +697,12 @@ class Collection:
         mean ES after the attack with the seeds' range, ΔES, and Model Utility after; each family's
         first rows are the model before the attack and the protocol's attack (the frontier's and the
         grid's records at the same seeds), a horizon's rows are its run's evaluations after each
-        epoch. And ``attack_worst``: per split and model, the variant with the highest mean ES after
+        epoch (the seeds' range is NaN where one seed is recorded). And ``attack_worst``: per split and
+        model, the attack (the protocol's, a variant, a horizon's epoch) with the highest mean ES after
         among those keeping Model Utility at least :data:`UTILITY_BOUND` of the target's (TamperBench's
-        strongest attack within a utility bound), with how many variants qualified. Empty until a
-        variant is recorded."""
-        protocol, rows, used = self._protocol(), [], []
+        strongest attack within a utility bound; none where every attack costs more), with how many
+        attacks qualified of how many. Empty until a variant is recorded."""
+        rows, used = [], []
 
         def found(params):
             return self.all_attacks.get(parameters.params_key(params, self.defaults_06))
@@ -699,7 +718,7 @@ class Collection:
                 labels = {r: short_label(self.method_by_run[r]) if r in self.method_by_run else r for r in runs_of}
                 seeds = sorted({s.params["seed"] for s in planned})
                 for run in runs_of:
-                    base = {**protocol, "unlearned_run": run, "forget_split": split, "attack_data": "forget_retain"}
+                    base = self._variant_base(run, split)
                     first = [r for r in (found({**base, "seed": seed}) for seed in seeds) if r is not None]
                     model = _row(self.method_by_run[run]) if run in self.method_by_run else None
                     target_mu = model["target_model_utility"] if model else float("nan")
@@ -720,7 +739,7 @@ class Collection:
                             rows.append({"split": split, "family": family,
                                          "variant": f"{label}, after epoch {epoch}" if epoch else label,
                                          "model": labels[run], "seeds": len(es), "es_after": float(np.mean(es)),
-                                         "es_after_range": float(np.ptp(es)) if len(es) > 1 else 0.0,
+                                         "es_after_range": float(np.ptp(es)) if len(es) > 1 else np.nan,
                                          "delta_es": float(np.mean([e["delta_es"] for e in epoch_rows])),
                                          "model_utility_after": float(np.mean([e["model_utility"]
                                                                                for e in epoch_rows])),
@@ -731,12 +750,15 @@ class Collection:
             return {"attack_variants": pd.DataFrame(), "attack_worst": pd.DataFrame(), "multiple_choice": choice}
         self.sources["attack_variants"] = self.sources["attack_worst"] = list(dict.fromkeys(used))
         attacked = table[table.seeds.gt(0)].drop_duplicates(["split", "variant", "model"])
-        within = attacked[attacked.model_utility_after >= UTILITY_BOUND * attacked.target_model_utility]
-        worst = [{**within.loc[part.es_after.idxmax(), ["split", "model", "variant", "seeds", "es_after",
-                                                         "delta_es", "model_utility_after"]].to_dict(),
-                  "variants_within_bound": len(part), "variants_attacked": int(
-                      attacked.split.eq(split).mul(attacked.model.eq(model)).sum())}
-                 for (split, model), part in within.groupby(["split", "model"], sort=False)]
+        attacked = attacked.assign(within=attacked.model_utility_after >= UTILITY_BOUND * attacked.target_model_utility)
+        worst = []
+        for (split, model), part in attacked.groupby(["split", "model"], sort=False):
+            within = part[part.within]
+            top = (within.loc[within.es_after.idxmax(), ["variant", "seeds", "es_after", "delta_es",
+                                                         "model_utility_after"]].to_dict() if len(within) else
+                   {"variant": None})  # every attack costs more utility than the bound allows
+            worst.append({"split": split, "model": model, **top, "attacks_within_bound": len(within),
+                          "attacks": len(part)})
         self.provenance["attack_worst"] = {
             "utility_bound": f"Model Utility after the attack at least {UTILITY_BOUND:g} of the target's"}
         return {"attack_variants": table.drop(columns="target_model_utility"), "attack_worst": pd.DataFrame(worst),

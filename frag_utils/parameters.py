@@ -224,8 +224,9 @@ def _fmt(value: Any) -> str:
     return format(value, "g") if isinstance(value, float) else str(value)
 
 
-# the longest run name: a folder name leaves room for its twins' suffixes within 255 characters
-MAX_RUN_NAME = 230
+# the longest run name: what is named after a run must fit the file system's 255 characters, the
+# longest being an unlearned checkpoint's temporary folder (unlearned_<split>--<name>.tmp-<pid>)
+MAX_RUN_NAME = 220
 
 
 def run_name(params: dict, overrides: dict, tag: str = "") -> str:
@@ -235,11 +236,12 @@ def run_name(params: dict, overrides: dict, tag: str = "") -> str:
     extra = [f"{k}={_fmt(v)}" for k, v in sorted(overrides.items()) if k not in ("profile", "run_name")]
     name = paths.safe_name("__".join([base, *extra]))
     if len(name) > MAX_RUN_NAME:
-        raise RunError(f"The run name {name[:80]}... is {len(name)} characters long, more than {MAX_RUN_NAME}: a "
-                       f"run's folders (and its '.work', '.running' and '.committed' twins) must fit the file "
-                       f"system's 255. It names every parameter that varies across its file "
-                       f"({', '.join(sorted(k for k in overrides if k != 'run_name'))}): split the file so that "
-                       "fewer vary in each, or give the run a shorter run_name.")
+        naming = ", ".join(sorted(k for k in overrides if k != "run_name"))
+        raise RunError(f"The run name {name[:80]}... is {len(name)} characters long, more than {MAX_RUN_NAME}: the "
+                       f"folders and files named after a run (its record, its checkpoint, their temporary "
+                       f"copies) must fit the file system's 255. It names every parameter that varies across its "
+                       f"file or is given on the command line ({naming}): "
+                       "split the file so that fewer vary in each, or shorten the values that name the runs.")
     return name
 
 

@@ -9,8 +9,9 @@ forget+retain attack (frag_utils.collect.ATTACK_VARIANTS), one file per family
 model and on one healthy frontier checkpoint per method at matched utility (the one whose Model
 Utility, as a fraction of the target's, is nearest the median of the split's healthy checkpoints:
 frag_utils.collect.Collection.variant_checkpoints). Chosen from the unlearning records alone, before
-any variant is run; run it once the split's frontier unlearning runs are recorded. The protocol's
-own attack is not listed: the frontier's and the grid's attack files hold it.
+any variant is run, and only once every frontier unlearning run of the split is recorded (a later
+record could move the median and so the choice). A file once written is not rewritten with other
+entries: its runs would drop out of the tables (delete it, and its records, to plan anew).
 """
 from __future__ import annotations
 
@@ -34,17 +35,22 @@ def main() -> None:
     args = parser.parse_args()
     grid = collect.Collection(args.profile)
     for split in collect.VARIANT_SPLITS:
-        chosen = grid.variant_checkpoints(split)
-        if len(chosen) < 2:
-            print(f"{split}: no healthy frontier checkpoint recorded yet; nothing written")
+        planned = [s for s in grid.planned("05_unlearn", collect.FRONTIER_05) if s.params["forget_split"] == split]
+        missing = [s.name for s in planned if not s.is_complete()]
+        if missing or not planned:
+            print(f"{split}: {len(missing)} of the {len(planned)} frontier unlearning runs are not recorded yet "
+                  f"(e.g. {missing[:1]}); nothing written: the choice waits for all of them")
             continue
+        chosen = grid.variant_checkpoints(split)
         listing = "".join(f"#   {label}: {run}\n" for label, run in chosen.items())
         for family, entries in grid.attack_variants_plan(split).items():
             body = yaml.safe_dump(entries, sort_keys=False, default_flow_style=None, width=1000)  # an entry a line
-            file = collect.variants_file(family, split)
-            (grid.params_dir / file).write_text(HEADER.format(profile=args.profile, family=family, split=split,
-                                                              chosen=listing) + body)
-            print(f"{file}: {len(entries)} attacks of {len(chosen)} checkpoints")
+            file = grid.params_dir / collect.variants_file(family, split)
+            if file.is_file() and yaml.safe_load(file.read_text()) != entries:
+                raise SystemExit(f"{file} exists with other entries: its recorded runs would drop out of the tables. "
+                                 "Delete it and its records in papermill_runs/06_attacks/ to plan anew.")
+            file.write_text(HEADER.format(profile=args.profile, family=family, split=split, chosen=listing) + body)
+            print(f"{file.name}: {len(entries)} attacks of {len(chosen)} checkpoints")
 
 
 if __name__ == "__main__":

@@ -20,10 +20,6 @@ import yaml
 
 from frag_utils import collect
 
-# notebook 07 at the paper profile's settings (papermill_runs/params/paper/07_ablations.yaml)
-ABLATION = {"original": "profile-target", "prompt_template": "openunlearning", "n_calib": 128, "ig_steps": 4,
-            "lmc_stride": 0.05}
-
 HEADER = """# {profile}: the healthy frontier's relearning attacks on {split} (issue 39), written by
 # scripts/plan_frontier_attacks.py from the records of 05_unlearn.frontier.yaml: every checkpoint that
 # takes forget ES at least 0.1 below the target's and keeps Model Utility (or Model Utility without its
@@ -56,7 +52,8 @@ def main() -> None:
         (grid.params_dir / file).write_text(text)
         print(f"{file}: {len(entries)} attacks of {len(entries) // len(collect.FRONTIER_SEEDS)} checkpoints")
         checkpoints = list(dict.fromkeys(e["unlearned_run"] for e in entries))
-        ablation = {"profile": args.profile, **ABLATION, "forget_split": split, "unlearned_runs": ",".join(checkpoints)}
+        ablation = {"profile": args.profile, **collect.FRONTIER_ABLATION, "forget_split": split,
+                    "unlearned_runs": ",".join(checkpoints)}
         file_07 = collect.FRONTIER_07[collect.FRONTIER_06.index(file)]
         (grid.params_dir / file_07).write_text(HEADER_07.format(profile=args.profile, split=split)
                                                + yaml.safe_dump([ablation], sort_keys=False, width=100000))

@@ -416,8 +416,8 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
     # table counts each family's bumps, and FRAG with each importance term gets Table 3's intervals
     assert not len(out["frontier_lmc"]) and not len(out["frontier_importance"])  # no 07 record yet
     attacked = list(deltas)
-    (params / "smol" / collect.FRONTIER_07[0]).write_text(yaml.safe_dump([
-        {"profile": "smol", "original": "profile-target", "forget_split": "forget10", "n_calib": 128,
+    (params / "smol" / collect.FRONTIER_07[0]).write_text(yaml.safe_dump([  # as plan_frontier_attacks.py writes it
+        {"profile": "smol", **collect.FRONTIER_ABLATION, "forget_split": "forget10",
          "unlearned_runs": ",".join(attacked)}]))
     (spec_07,) = runs.plan_run("07_ablations", params / "smol" / collect.FRONTIER_07[0])
     method = {n: _record("05_unlearn", n, copied_runs)["results"]["row"]["method"] for n in attacked}
@@ -564,14 +564,27 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
     plans = grid.attack_variants_plan("forget10")
     protocol = yaml.safe_load((params / "smol" / collect.GRID_06).read_text())[0]
     for family, plan in plans.items():
-        changes = collect.ATTACK_VARIANTS[family]
-        assert len(plan) == len(collect.VARIANT_SEEDS) * len(chosen) * len(changes)
+        changes = list(collect.ATTACK_VARIANTS[family]) + ([{}] if family == "attack_lr" else [])  # and the protocol
+        # the frontier checkpoints' protocol attacks are the frontier file's, at both seeds: not planned again
+        left_to_frontier = len(collect.VARIANT_SEEDS) * (len(chosen) - 1) if family == "attack_lr" else 0
+        assert len(plan) == len(collect.VARIANT_SEEDS) * len(chosen) * len(changes) - left_to_frontier
         for e in plan:
-            base = {**protocol, "unlearned_run": e["unlearned_run"], "attack_data": "forget_retain", "seed": e["seed"]}
+            base = {**protocol, "unlearned_run": e["unlearned_run"], "attack_data": "forget_retain", "seed": e["seed"],
+                    **({"weights": "fp32"} if e["unlearned_run"] == chosen["gold"] else {})}
             changed = {k: v for k, v in e.items() if base.get(k) != v}
             assert changed in changes, changed
         (params / "smol" / collect.variants_file(family, "forget10")).write_text(yaml.safe_dump(plan))
     assert set(plans) == set(collect.ATTACK_VARIANTS)
+    gold = [e for family in plans.values() for e in family if e["unlearned_run"] == chosen["gold"]]
+    gold_protocol = [e for e in plans["attack_lr"] if e in gold and e["lr"] == protocol["lr"]]
+    assert sorted(e["seed"] for e in gold_protocol) == sorted(collect.VARIANT_SEEDS)
+    assert all(e["weights"] == "fp32" for e in gold)  # the grid's gold is stored in bf16: attacked in fp32
+    defaults = parameters.notebook_defaults("06_attacks")
+    others = {parameters.params_key(s.params, defaults) for f in sorted((params / "smol").glob("06_attacks.*.yaml"))
+              if f.name.split(".")[1].split("_forget")[0] not in collect.ATTACK_VARIANTS
+              for s in runs.plan_run("06_attacks", f)}
+    mine_keys = [parameters.params_key(e, defaults) for family in plans.values() for e in family]
+    assert not set(mine_keys) & others and len(set(mine_keys)) == len(mine_keys)  # no run planned twice
 
     label = next(k for k in chosen if k != "gold")
     run = chosen[label]
@@ -581,7 +594,6 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
     target_mu = _record("05_unlearn", run, copied_runs)["results"]["row"]["target_model_utility"]
     variant_specs = [s for family in plans for s in runs.plan_run(
         "06_attacks", params / "smol" / collect.variants_file(family, "forget10")) if s.params["unlearned_run"] == run]
-    assert all(len(s.name) <= parameters.MAX_RUN_NAME for s in variant_specs)
     defaults = parameters.notebook_defaults("06_attacks")
 
     def spec_of(seed, change):  # the planned run of one change at one seed
@@ -620,21 +632,29 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
     row = mine.loc[("attack_lr", "lr 5e-05")]
     assert (row.seeds, row.es_after, row.es_after_range) == (2, pytest.approx(0.55), pytest.approx(0.10))
     assert row.delta_es == pytest.approx(0.55 - es_before)
+    protocol_runs = [json.loads(f.read_text()) for f in (copied_runs / "06_attacks").glob("smol.frontier_forget10*/"
+                                                                                          "results.json")]
+    protocol_es = [r["results"]["row"]["es_after"] for r in protocol_runs if r["results"]["unlearned_run"] == run]
     protocol_row = mine.loc[("attack_lr", "protocol")]
-    frontier = _record("06_attacks", source, copied_runs)["results"]["row"]
-    assert protocol_row.seeds >= 1 and (protocol_row.seeds > 1 or protocol_row.es_after == frontier["es_after"])
+    assert protocol_row.seeds == len(protocol_es) and protocol_row.es_after == pytest.approx(np.mean(protocol_es))
     assert mine.loc[("attack_lr", "before the attack")].es_after == pytest.approx(es_before)
     for epoch, es in curve.items():
-        assert mine.loc[("attack_horizon", f"epochs 10, after epoch {epoch}")].es_after == pytest.approx(es)
+        row = mine.loc[("attack_horizon", f"epochs 10, after epoch {epoch}")]
+        assert row.es_after == pytest.approx(es) and row.delta_es == pytest.approx(es - es_before)
+        assert row.seeds == 1 and np.isnan(row.es_after_range)
     # the worst attack within the bound, the slow way: lr 4e-4 (0.99) costs too much utility
     candidates = {"lr 5e-05": 0.55, "optimizer adagrad": 0.70,
                   **{f"epochs 10, after epoch {e}": v for e, v in curve.items()}}
-    for family in ("attack_lr", "attack_optim", "attack_data", "attack_horizon", "attack_lora"):
-        if ("protocol" not in candidates and (family, "protocol") in mine.index
-                and mine.loc[(family, "protocol")].model_utility_after >= collect.UTILITY_BOUND * target_mu):
-            candidates["protocol"] = mine.loc[(family, "protocol")].es_after
+    protocol_mu = [r["results"]["row"]["model_utility_after"] for r in protocol_runs
+                   if r["results"]["unlearned_run"] == run]
+    if np.mean(protocol_mu) >= collect.UTILITY_BOUND * target_mu:
+        candidates["protocol"] = float(np.mean(protocol_es))
     worst = out["attack_worst"].set_index("model").loc[label]
     assert worst.variant == max(candidates, key=candidates.get)
     assert worst.es_after == pytest.approx(max(candidates.values()))
-    assert worst.variants_within_bound == len(candidates) and worst.variants_attacked == len(candidates) + 1
+    # the protocol, the horizon's epochs, lr 5e-5, Adagrad and lr 4e-4
+    assert worst.attacks_within_bound == len(candidates) and worst.attacks == 1 + len(curve) + 3
+    others = out["attack_worst"].set_index("model").drop(index=label)  # the frontier's protocol attacks only
+    assert set(others.index) == set(chosen) - {"gold", label} and others.attacks.eq(1).all()
+    assert others.variant.isin(["protocol", None]).all()
     assert ("attack_lr", "lr 0.0004") in mine.index and mine.loc[("attack_lr", "lr 0.0004")].es_after == 0.99
