@@ -586,11 +586,12 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
     mine_keys = [parameters.params_key(e, defaults) for family in plans.values() for e in family]
     assert not set(mine_keys) & others and len(set(mine_keys)) == len(mine_keys)  # no run planned twice
 
-    label = next(k for k in chosen if k != "gold")
+    attacked_at_42 = {json.loads(f.read_text())["results"]["unlearned_run"]: f.parent.name
+                      for f in (copied_runs / "06_attacks").glob("smol.frontier_forget10*/results.json")
+                      if json.loads(f.read_text())["provenance"]["params"]["seed"] == 42}
+    label = next(k for k, v in chosen.items() if k != "gold" and v in attacked_at_42)  # a source to copy
     run = chosen[label]
-    source = next(f.parent.name for f in (copied_runs / "06_attacks").glob("smol.frontier_forget10*/results.json")
-                  if json.loads(f.read_text())["results"]["unlearned_run"] == run
-                  and json.loads(f.read_text())["provenance"]["params"]["seed"] == 42)
+    source = attacked_at_42[run]
     target_mu = _record("05_unlearn", run, copied_runs)["results"]["row"]["target_model_utility"]
     variant_specs = [s for family in plans for s in runs.plan_run(
         "06_attacks", params / "smol" / collect.variants_file(family, "forget10")) if s.params["unlearned_run"] == run]
@@ -655,6 +656,8 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
     # the protocol, the horizon's epochs, lr 5e-5, Adagrad and lr 4e-4
     assert worst.attacks_within_bound == len(candidates) and worst.attacks == 1 + len(curve) + 3
     others = out["attack_worst"].set_index("model").drop(index=label)  # the frontier's protocol attacks only
-    assert set(others.index) == set(chosen) - {"gold", label} and others.attacks.eq(1).all()
+    attacked_runs = {r["results"]["unlearned_run"] for r in protocol_runs}
+    assert set(others.index) == {k for k, v in chosen.items() if k != label and v in attacked_runs}
+    assert others.attacks.eq(1).all()
     assert others.variant.isin(["protocol", None]).all()
     assert ("attack_lr", "lr 0.0004") in mine.index and mine.loc[("attack_lr", "lr 0.0004")].es_after == 0.99
