@@ -4,7 +4,8 @@ Every executed notebook carries papermill's ``duration`` (seconds of the whole r
 to end) in its metadata. Summed over a profile's recorded runs it is the notebook time a rerun of
 the grid needs on the recording machine; a listed run not recorded yet is estimated by the median
 of the recorded runs of its kind (:func:`run_kind`: the method of an unlearning run, the attack
-data of an attack), else of its notebook.
+data of an attack), an attack of several epochs at that many times one epoch of its kind, else the
+median of its notebook; a notebook with no recorded run has no estimate, nor then has the total.
 """
 from __future__ import annotations
 
@@ -48,8 +49,17 @@ def notebook_times(specs: list) -> pd.DataFrame:
     df = pd.DataFrame(rows, columns=["notebook", "kind", "seconds"]).astype({"seconds": float})
     by_kind = df.groupby(["notebook", "kind"]).seconds.median()
     by_notebook = df.groupby("notebook").seconds.median()
-    fill = [by_kind.get((n, k)) if pd.notna(by_kind.get((n, k))) else by_notebook.get(n)
-            for n, k in zip(df.notebook, df.kind)]
+
+    def estimate(notebook: str, kind: str) -> float | None:
+        if pd.notna(by_kind.get((notebook, kind))):
+            return by_kind.get((notebook, kind))
+        if notebook == "06_attacks" and not kind.endswith("|1"):  # e epochs: e times one epoch of its data
+            data, utility, epochs = kind.rsplit("|", 2)
+            one = by_kind.get((notebook, f"{data}|{utility}|1"))
+            return None if pd.isna(one) else one * int(epochs)
+        return by_notebook.get(notebook)
+
+    fill = [estimate(n, k) for n, k in zip(df.notebook, df.kind)]
     df["estimated"] = df.seconds.fillna(pd.Series(fill, index=df.index, dtype=float))
     table = df.groupby("notebook").agg(runs=("kind", "size"), recorded=("seconds", "count"),
                                        hours=("seconds", "sum"), median=("seconds", "median"),

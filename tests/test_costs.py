@@ -24,15 +24,16 @@ def test_notebook_times_sum_the_recorded_durations_and_estimate_the_rest_by_kind
              _Spec(tmp_path, "05_unlearn", None, method="npo"),  # not recorded: the median NPO run, 900 s
              _Spec(tmp_path, "05_unlearn", None, method="rmu"),  # no RMU run recorded: the notebook's median, 600 s
              _Spec(tmp_path, "06_attacks", 240, attack_data="forget"),
-             _Spec(tmp_path, "06_attacks", None, attack_data="forget")]
+             _Spec(tmp_path, "06_attacks", None, attack_data="forget"),
+             _Spec(tmp_path, "06_attacks", None, attack_data="forget", epochs=10)]  # ten epochs: 10 x 240 s
     t = costs.notebook_times(specs).set_index("notebook")
     assert t.loc["05_unlearn", "runs"] == 5 and t.loc["05_unlearn", "recorded"] == 3
     assert t.loc["05_unlearn", "hours"] == pytest.approx(1860 / 3600)
     assert t.loc["05_unlearn", "median_minutes"] == pytest.approx(10)
     assert t.loc["05_unlearn", "estimated_hours"] == pytest.approx((1860 + 900 + 600) / 3600)
-    assert t.loc["06_attacks", "estimated_hours"] == pytest.approx(480 / 3600)
-    assert t.loc["all", "runs"] == 7 and t.loc["all", "recorded"] == 4
-    assert t.loc["all", "estimated_hours"] == pytest.approx((3360 + 480) / 3600)
+    assert t.loc["06_attacks", "estimated_hours"] == pytest.approx((480 + 2400) / 3600)
+    assert t.loc["all", "runs"] == 8 and t.loc["all", "recorded"] == 4
+    assert t.loc["all", "estimated_hours"] == pytest.approx((3360 + 480 + 2400) / 3600)
 
 
 def test_a_notebook_with_nothing_recorded_cannot_be_estimated(tmp_path):
