@@ -6,7 +6,8 @@ tried for issue 41:
   2. grouped: and batches grouped by length (`group_by_length`, what the smol target and gold use),
   3. short_prompt: and OpenUnlearning's short system prompt (the smol profile: today's path),
   4. fused_adamw: and PyTorch's fused AdamW (`optimizer: adamw_torch_fused`) for the foreach one,
-  5. compiled: and the model under `torch.compile` (inductor), its compilation timed apart.
+  5. compiled: and the model under `torch.compile` (inductor), its compilation timed apart;
+     compiled_dynamic: the same with every shape dynamic (one graph for every batch length).
 Each variant trains a fresh copy of the model for one epoch; its seconds per step (the median of
 the steps after the first, which pays start-up and compilation) are the point, beside a large fp32
 matrix product's rate on the same threads and the matrix products' share of each step (their
@@ -42,6 +43,7 @@ VARIANTS = {  # name: (trainer class, group by length, prompt template, optimize
     "short_prompt": (None, True, "openunlearning", "adamw_torch", False),
     "fused_adamw": (None, True, "openunlearning", "adamw_torch_fused", False),
     "compiled": (None, True, "openunlearning", "adamw_torch_fused", True),
+    "compiled_dynamic": (None, True, "openunlearning", "adamw_torch_fused", "dynamic"),
 }
 BASE = "short_prompt"  # today's path: the others' weights are compared with its
 
@@ -114,6 +116,7 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
     parser.add_argument("--profile", action="store_true", help=f"profile steps 2 to 4 of {BASE}")
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", default=None, help="the JSON to write (default: bench/results/train_step.json)")
     args = parser.parse_args()
     if args.quick:
         args.model, args.records = "tiny", 32
@@ -131,8 +134,8 @@ def main() -> None:
                                    scheduler="constant", group_by_length=grouped, seed=42, device="cpu",
                                    optimizer=optimizer)
         model, tokenizer = models.load_model(args.model, seed=42)
-        if compiled:
-            model.compile()  # in place: Trainer still sees the model's own class
+        if compiled:  # in place: Trainer still sees the model's own class
+            model.compile(dynamic=True) if compiled == "dynamic" else model.compile()
         dataset = train.QADataset(tokenizer, recs, config.chat, config.max_len)
         timer = StepTimes(profile=profiled)
         work = tempfile.mkdtemp(prefix="bench_step_")
@@ -170,7 +173,8 @@ def main() -> None:
     if profile:
         profile["step_rate_over_matmul_rate"] = profile["matmul_gflop_per_step"] / per_step[BASE] / rate
         result["profile"] = profile
-    out = (paths.cache_dir() / "bench" if args.quick else paths.BENCH_RESULTS_DIR) / "train_step.json"
+    out = Path(args.out) if args.out else (paths.cache_dir() / "bench" if args.quick else
+                                           paths.BENCH_RESULTS_DIR) / "train_step.json"
     records.write_json(out, result, records.provenance("bench/train_step.py", vars(args)))
     print(f"fp32 matrix product (2048^3) on {threads} threads: {rate:.0f} GFLOP/s")
     for name in per_step:
