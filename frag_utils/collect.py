@@ -10,6 +10,7 @@ of rows (the paper's Table 1 layout) live in :mod:`frag_utils.tables`, the stati
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -628,23 +629,21 @@ class Collection:
         are healthy by either rule (:meth:`frontier_models`), each at every seed of ``seeds`` (the
         first seed for every checkpoint before the next), with the faithful grid's attack settings
         (the first entry of ``06_attacks.table1.yaml``): the entries of its attack file."""
-        import yaml
-
-        protocol = yaml.safe_load((self.params_dir / self.grid_06).read_text())[0]
-        protocol = {k: v for k, v in protocol.items() if k not in ("unlearned_run", "forget_split", "attack_data")}
         models = self.frontier_models()
         chosen = models[(models.healthy_paper | models.healthy_parts) & models.forget_split.eq(forget_split)]
-        return [{**protocol, "unlearned_run": run.split("/", 1)[1], "forget_split": forget_split,
+        return [{**self.protocol, "unlearned_run": run.split("/", 1)[1], "forget_split": forget_split,
                  "attack_data": "forget_retain", "seed": seed} for seed in seeds for run in chosen.run]
 
-    # -- issue 42: the attack variants -----------------------------------------------------------
-    def _protocol(self) -> dict:
-        """The grid's forget+retain attack (the first entry of its attack file), less what names the model."""
+    @functools.cached_property
+    def protocol(self) -> dict:
+        """The grid's forget+retain attack (the first entry of its attack file), less what names the
+        model: read once, for the frontier's attacks and every variant entry."""
         import yaml
 
         protocol = yaml.safe_load((self.params_dir / self.grid_06).read_text())[0]
         return {k: v for k, v in protocol.items() if k not in ("unlearned_run", "forget_split", "attack_data")}
 
+    # -- issue 42: the attack variants -----------------------------------------------------------
     def variant_checkpoints(self, forget_split: str) -> dict[str, str]:
         """The checkpoints the attack variants run on (model label -> 05 run name): the split's gold
         model of the faithful grid, then, per method (FRP per veto P), the frontier checkpoint that
@@ -668,7 +667,7 @@ class Collection:
         with the weights in fp32 (a model stored in bf16, the grid's gold, is attacked in fp32 too, as
         the frontier's checkpoints are: in bf16 storage small steps round away)."""
         weights = self.method_by_run[run]["provenance"]["params"].get("weights") if run in self.method_by_run else None
-        return {**self._protocol(), "unlearned_run": run, "forget_split": forget_split, "attack_data": "forget_retain",
+        return {**self.protocol, "unlearned_run": run, "forget_split": forget_split, "attack_data": "forget_retain",
                 **({"weights": "fp32"} if weights == "bf16" else {})}
 
     def attack_variants_plan(self, forget_split: str, seeds: tuple[int, ...] = VARIANT_SEEDS) -> dict[str, list]:
