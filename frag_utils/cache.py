@@ -3,10 +3,14 @@ calibration norms, the resumable state of a training).
 
 A key names everything that determines the artefact: its kind, the settings that made it, the
 identity of the models it was made from (:func:`model_identity`: a cached checkpoint stands for its
-own key, so keys chain), and a hash of the package's computing code (:func:`source_hash`). Editing
-an equation, a loss or a metric therefore makes every cached artefact stale: a rerun remakes it
-instead of handing back what the old code made. Editing the runner, a table or the command line
-(:data:`NOT_COMPUTING`) does not.
+own key, so keys chain), a hash of the package's computing code (:func:`source_hash`), and the
+kernels that computed it (:func:`kernels`: the CPU kernel path, which moves the bits further than
+the tolerance file allows). Editing an equation, a loss or a metric therefore makes every cached
+artefact stale: a rerun remakes it instead of handing back what the old code made; so does a run
+with the kernels capped at AVX2 on a cache an AVX-512 run made. The thread count is not in the key:
+two jobs side by side (one thread each) read the checkpoints one job (two threads) made, and
+their records land within the tolerance file, not bit for bit (docs/reproducibility.md).
+Editing the runner, a table or the command line (:data:`NOT_COMPUTING`) does not.
 
 A cached checkpoint keeps its key, and what the key was computed from, in its ``frag_record.json``
 (:func:`checkpoint`), so the runner can tell whether it is still current (:func:`is_current`)
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from functools import lru_cache
 from pathlib import Path
@@ -44,6 +49,23 @@ def source_hash() -> str:
     return digest.hexdigest()
 
 
+# Environment variables that cap the instruction sets of oneDNN's and MKL's kernels (set before
+# Python starts; ATEN_CPU_CAPABILITY, the third cap, shows in torch's own reported capability)
+KERNEL_CAPS = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def kernels(environ: dict | None = None) -> dict:
+    """The kernel path that computes an artefact: torch's CPU kernel capability (``AVX512``,
+    ``AVX2``, ...) and the caps of :data:`KERNEL_CAPS` ("" when unset). The smol target made with
+    AVX2 kernels has forget ES 0.95 against 0.89 with AVX-512's (docs/reproducibility.md), so two
+    runs that differ here never stand in for each other's artefacts."""
+    import torch
+
+    environ = os.environ if environ is None else environ
+    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            **{name: environ.get(name, "") for name in KERNEL_CAPS}}
+
+
 def model_identity(name_or_path: str | Path) -> str:
     """What stands for a model's weights in a key: a cached checkpoint's own key; for another folder
     its weight files (path, sizes, modification times); else the name (an embedded model, a hub id)."""
@@ -67,7 +89,7 @@ def key(kind: str, settings: dict, models: dict[str, str] | None = None) -> str:
     Returns:
         A sha256 hex digest.
     """
-    payload = {"kind": kind, "settings": settings, "source": source_hash(),
+    payload = {"kind": kind, "settings": settings, "source": source_hash(), "kernels": kernels(),
                "models": {role: model_identity(m) for role, m in sorted((models or {}).items())}}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -126,7 +148,8 @@ def checkpoint(folder: str | Path, kind: str, settings: dict, models: dict[str, 
         return {**record, "reused": True}
     work = work_dir(folder, artefact_key)
     record = {**make(folder, work), "cache_key": artefact_key,
-              "cache": {"kind": kind, "settings": settings, "models": {r: str(m) for r, m in models.items()}}}
+              "cache": {"kind": kind, "settings": settings, "models": {r: str(m) for r, m in models.items()},
+                        "kernels": kernels()}}
     write_record(folder, json.loads(json.dumps(record, default=str)))
     shutil.rmtree(work, ignore_errors=True)
     return {**record, "reused": False}

@@ -136,3 +136,38 @@ def test_a_checkpoint_made_from_an_input_that_was_made_again_is_not_current(tmp_
     made = cache.checkpoint(tmp_path / "unlearned", "05", {"lr": 1}, {"original": str(tmp_path / "target")},
                             writer("u2"))
     assert not made["reused"] and cache.is_current(tmp_path / "unlearned")
+
+
+def test_a_checkpoint_made_with_other_kernels_is_made_again_not_reused(tmp_path, monkeypatch):
+    """A run with the kernels capped at AVX2 computes other bits (forget ES 0.95 against 0.89 for the
+    smol target): it must remake what the native run cached, never read it back as its own."""
+    import torch
+
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path))
+    for name in cache.KERNEL_CAPS:
+        monkeypatch.delenv(name, raising=False)
+    made = []
+
+    def make(folder, work):
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "config.json").write_text("{}")
+        (folder / "model.safetensors").write_text(str(len(made)))
+        made.append(dict(cache.kernels()))
+        return {}
+
+    def again():
+        return cache.checkpoint(tmp_path / "target", "target", {"epochs": 1}, {}, make)
+
+    assert not again()["reused"] and again()["reused"] and len(made) == 1
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # oneDNN capped
+    assert not cache.is_current(tmp_path / "target") and not again()["reused"]
+    assert made[-1]["ONEDNN_MAX_CPU_ISA"] == "AVX2"
+    monkeypatch.setenv("FRAG_THREADS", "3")  # another thread count: within tolerance, reused
+    assert cache.is_current(tmp_path / "target") and again()["reused"]
+    real = torch.backends.cpu.get_cpu_capability()
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: real + "-other")  # ATen's path
+    assert not cache.is_current(tmp_path / "target") and not again()["reused"]
+    assert again()["reused"] and len(made) == 3
+    record = models.load_record(tmp_path / "target")
+    assert record["cache"]["kernels"] == {"cpu_capability": real + "-other", "ONEDNN_MAX_CPU_ISA": "AVX2",
+                                          "MKL_ENABLE_INSTRUCTIONS": ""}
