@@ -219,8 +219,11 @@ def _permutations(n: int, n_perm: int, seed: int, strata: tuple[tuple[int, ...],
     return orders, False
 
 
-def _rows_stratified(x: np.ndarray, ys: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
-    """:func:`_stratified` of ``x`` with each row of ``ys``."""
+def _stratified(x: np.ndarray, ys: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
+    """The within-group ρ of ``x`` with each row of ``ys`` (``[rows, n]``; a 1-D ``ys`` is one row),
+    averaged over groups weighted by their sizes; groups of fewer than 3 checkpoints or constant on
+    either side carry no ρ and are left out (NaN where none is left)."""
+    ys = np.atleast_2d(ys)
     total, weight = np.zeros(len(ys)), np.zeros(len(ys))
     for g in groups:
         if len(g) < 3:
@@ -257,12 +260,12 @@ def permutation_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]
     (x,), runs, _, strata = _clean([x], y, strata)
     ys = np.array([v.mean() for v in runs])
     groups = None if strata is None else [np.flatnonzero(np.asarray(strata) == g) for g in dict.fromkeys(strata)]
-    rho = spearman(x, ys) if groups is None else _stratified(x, ys, groups)
+    rho = spearman(x, ys) if groups is None else float(_stratified(x, ys, groups)[0])
     orders, exact = _permutations(len(x), n_perm, seed, None if groups is None else tuple(map(tuple, groups)))
     if not np.isfinite(rho):
         return {"rho": rho, "p": np.nan, "n": len(x), "n_perm": len(orders), "exact": exact}
     permuted = ys[orders]
-    null = _rows_spearman(x, permuted) if groups is None else _rows_stratified(x, permuted, groups)
+    null = _rows_spearman(x, permuted) if groups is None else _stratified(x, permuted, groups)
     return {"rho": rho, "p": _p_value(rho, null, exact), "n": len(x), "n_perm": len(orders), "exact": exact}
 
 
@@ -293,14 +296,6 @@ def permutation_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequ
             "n_perm": len(null), "exact": exact}
 
 
-def _stratified(x: np.ndarray, y: np.ndarray, groups: list[np.ndarray]) -> float:
-    """The mean of the within-group ρ, each weighted by its group's size; groups of fewer than 3
-    checkpoints or constant on either side carry no ρ and are left out."""
-    pairs = [(spearman(x[g], y[g]), len(g)) for g in groups]
-    pairs = [(r, w) for r, w in pairs if np.isfinite(r)]
-    return float(sum(r * w for r, w in pairs) / sum(w for _, w in pairs)) if pairs else float("nan")
-
-
 def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], groups: Sequence,
                         n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
     """The within-method rank correlation: Spearman's ρ of ``x`` with ``y`` among the checkpoints of
@@ -319,10 +314,10 @@ def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]]
     labels = list(dict.fromkeys(groups))
     members = [np.flatnonzero(np.asarray(groups) == g) for g in labels]
     ys = np.array([v.mean() for v in runs])
-    rho = _stratified(x, ys, members)
+    rho = float(_stratified(x, ys, members)[0])
     sizes, idx, yb, parts = _resampled(runs, n_boot, seed, groups)
     ends = np.cumsum(sizes)
-    draws = [_stratified(x[idx[e - m:e]], yb[e - m:e], p) for m, e, p in zip(sizes, ends, parts)]
+    draws = [float(_stratified(x[idx[e - m:e]], yb[e - m:e], p)[0]) for m, e, p in zip(sizes, ends, parts)]
     low, high, degenerate = _interval(draws, level)
     return {"rho": rho, "low": low, "high": high, "n": len(x), "n_groups": len(labels),
             "per_group": {g: (spearman(x[m], ys[m]), len(m)) for g, m in zip(labels, members)},
