@@ -37,6 +37,8 @@ FRONTIER_07 = ("07_ablations.frontier_forget10.yaml", "07_ablations.frontier_for
 # their settings: the paper profile's (papermill_runs/params/paper/07_ablations.yaml) on the smol target
 FRONTIER_ABLATION = {"original": "profile-target", "prompt_template": "openunlearning", "n_calib": 128, "ig_steps": 4,
                      "lmc_stride": 0.05}
+# issue 42: the same notebook-07 settings on the paper's 15 Table 3 checkpoints (bf16), one file per split
+TABLE3_07 = tuple(f"07_ablations.table3_{split}.yaml" for split in ("forget10", "forget05", "forget01"))
 FRONTIER_SEEDS = (42, 1)  # the attack seeds of each healthy checkpoint: attack.sh's, then one more
 # issue 42: the attack variants, on one healthy frontier checkpoint per method at matched utility and
 # the split's gold model (scripts/plan_attack_variants.py), one file per family and split
@@ -116,6 +118,18 @@ def short_label(record: dict) -> str:
     if method == "frp":
         return f"FRP (P {float(record['results'].get('made', {}).get('veto') or 0):g})"
     return METHOD_NAMES.get(method, method)
+
+
+def _importance_columns(scored: pd.DataFrame) -> list[str]:
+    """The ``FRAG_x100:<term>`` columns of ``scored``, in :data:`analysis.IMPORTANCE_REQUIRES`' order."""
+    return [f"FRAG_x100:{k}" for k in analysis.IMPORTANCE_REQUIRES if f"FRAG_x100:{k}" in scored]
+
+
+def _importance_rows(table: pd.DataFrame) -> pd.DataFrame:
+    """A ρ table over ``FRAG_x100:<term>`` predictors, with the term, what it needs and the paper's 1B ρ."""
+    kind = table.predictor.str.split(":").str[1]
+    return table.assign(importance=kind, requires=kind.map(analysis.IMPORTANCE_REQUIRES),
+                        paper_1B=kind.map(analysis.PAPER_IMPORTANCE_RHO))
 
 
 def _train_seed(run: str) -> int:
@@ -596,8 +610,48 @@ class Collection:
 
         A checkpoint enters once a 07 run whose parameters equal its file's has scored it; both
         tables are empty until one has."""
+        scored, ablation_runs = self._ablation_scored(FRONTIER_07, attacked, [r.split("/", 1)[1] for r in attacked.run])
+        if not len(scored):
+            return {"frontier_lmc": pd.DataFrame(), "frontier_importance": pd.DataFrame()}
+        self.sources["frontier_importance"] = self.sources["frontier_lmc"] = [*ablation_runs, *scored.run]
+        importance = []
+        for rule in analysis.HEALTHY_RULES:
+            chosen = scored[scored[f"healthy_{rule}"]]
+            if len(chosen) >= 4:
+                t = analysis.frontier_table3(chosen, _importance_columns(chosen), n_boot=n_boot)
+                importance.append(_importance_rows(t.assign(rule=rule)))
+        return {"frontier_lmc": analysis.lmc_table(scored),
+                "frontier_importance": pd.concat(importance, ignore_index=True) if importance else pd.DataFrame()}
+
+    def table3_ablations(self, checkpoints: pd.DataFrame, n_boot: int) -> dict[str, pd.DataFrame]:
+        """The loss barrier and FRAG's importance terms on the paper's Table 3 checkpoints in bf16
+        (``checkpoints``: :meth:`table1`'s ``table3_checkpoints``), from the notebook-07 runs of
+        :data:`TABLE3_07` (one file per split, the frontier's settings, the grid's native kernels):
+
+        * ``table3_lmc``: the paper's ``tab:lmc`` on them (:func:`analysis.lmc_table`);
+        * ``table3_importance``: the paper's ``importance_variants`` on the set it was printed for,
+          FRAG with each importance term, with Table 3's intervals (:func:`analysis.paper_table3`:
+          all and without FRP; methods, then checkpoints, then seeds), beside the paper's 1B ρ.
+
+        Empty until a split's run is recorded; the ρ once four checkpoints are scored."""
+        chosen = checkpoints[checkpoints.weights.eq("bf16")] if len(checkpoints) else checkpoints
+        names = list(chosen.unlearned_run) if len(chosen) else []
+        scored, ablation_runs = self._ablation_scored(TABLE3_07, chosen, names)
+        if not len(scored):
+            return {"table3_lmc": pd.DataFrame(), "table3_importance": pd.DataFrame()}
+        self.sources["table3_lmc"] = self.sources["table3_importance"] = [
+            *ablation_runs, *(f"05_unlearn/{u}" for u in scored.unlearned_run)]
+        importance = (_importance_rows(analysis.paper_table3(scored, _importance_columns(scored), n_boot=n_boot))
+                      if len(scored) >= 4 else pd.DataFrame())
+        return {"table3_lmc": analysis.lmc_table(scored), "table3_importance": importance}
+
+    def _ablation_scored(self, files: tuple[str, ...], chosen: pd.DataFrame,
+                         names: list[str]) -> tuple[pd.DataFrame, list[str]]:
+        """``chosen`` (checkpoints whose notebook-05 run names are ``names``) with the forget-loss
+        barrier and FRAG x100 per importance term (``FRAG_x100:<term>``) that the complete notebook-07
+        runs of ``files`` give each, less the checkpoints none has scored; and those runs."""
         found, ablation_runs = {}, []
-        for spec in (s for f in FRONTIER_07 for s in self.planned("07_ablations", f)):
+        for spec in (s for f in files for s in self.planned("07_ablations", f)):
             if spec.is_complete():
                 rec = records.read_json(spec.out_dir / paths.RESULTS_FILE)
                 ablation_runs.append(f"07_ablations/{spec.name}")
@@ -605,24 +659,11 @@ class Collection:
                     found.setdefault(row["unlearned_run"], {})["barrier"] = row["barrier"]
                 for row in rec["results"]["scores"]:
                     found.setdefault(row["unlearned_run"], {})[f"FRAG_x100:{row['importance']}"] = row["FRAG_x100"]
-        scored = attacked.assign(**{k: [found.get(run.split("/", 1)[1], {}).get(k, np.nan) for run in attacked.run]
-                                    for k in sorted({k for v in found.values() for k in v})})
-        if "barrier" not in scored or scored.barrier.isna().all():
-            return {"frontier_lmc": pd.DataFrame(), "frontier_importance": pd.DataFrame()}
-        scored = scored.dropna(subset=["barrier"])
-        self.sources["frontier_importance"] = self.sources["frontier_lmc"] = [*ablation_runs, *scored.run]
-        lmc = analysis.lmc_table(scored)
-        kinds = [k for k in analysis.IMPORTANCE_REQUIRES if f"FRAG_x100:{k}" in scored]
-        importance = []
-        for rule in analysis.HEALTHY_RULES:
-            chosen = scored[scored[f"healthy_{rule}"]]
-            if len(chosen) >= 4:
-                t = analysis.frontier_table3(chosen, [f"FRAG_x100:{k}" for k in kinds], n_boot=n_boot)
-                kind = t.predictor.str.split(":").str[1]
-                importance.append(t.assign(rule=rule, importance=kind, requires=kind.map(analysis.IMPORTANCE_REQUIRES),
-                                           paper_1B=kind.map(analysis.PAPER_IMPORTANCE_RHO)))
-        return {"frontier_lmc": lmc,
-                "frontier_importance": pd.concat(importance, ignore_index=True) if importance else pd.DataFrame()}
+        scored = chosen.assign(**{k: [found.get(name, {}).get(k, np.nan) for name in names]
+                                  for k in sorted({k for v in found.values() for k in v})})
+        if "barrier" not in scored:
+            return chosen.iloc[:0], ablation_runs
+        return scored.dropna(subset=["barrier"]), ablation_runs
 
     def frontier_attack_plan(self, forget_split: str, seeds: tuple[int, ...] = FRONTIER_SEEDS) -> list[dict]:
         """The forget+retain attacks of the frontier's checkpoints on ``forget_split`` that forget and

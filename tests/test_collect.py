@@ -661,3 +661,47 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
     assert others.attacks.eq(1).all()
     assert others.variant.isin(["protocol", None]).all()
     assert ("attack_lr", "lr 0.0004") in mine.index and mine.loc[("attack_lr", "lr 0.0004")].es_after == 0.99
+
+
+def test_table3s_checkpoints_get_the_barrier_and_each_importance_term_from_their_07_run(copied_runs):
+    """The paper's importance_variants on its 15 checkpoints: a constructed notebook-07 record of the
+    forget10 file scores the five forget10 checkpoints (activation: the 05 record's FRAG; fisher: its
+    negative); the ρ against each checkpoint's mean ΔES over its seeds, computed here from the 06
+    records, and the barrier table, read slowly."""
+    from frag_utils import analysis, runs
+
+    grid = collect.Collection("smol")
+    checkpoints = grid.table1(n_boot=20)["table3_checkpoints"]
+    assert not any(len(t) for t in grid.table3_ablations(checkpoints, n_boot=20).values())  # no 07 record yet
+    (spec,) = runs.plan_run("07_ablations", PARAMS / collect.TABLE3_07[0])
+    scored = spec.params["unlearned_runs"].split(",")
+    rows = {n: _record("05_unlearn", n, copied_runs)["results"]["row"] for n in scored}
+    assert len(scored) == 5 and {r["forget_split"] for r in rows.values()} == {"forget10"}
+    assert {r["method"] for r in rows.values()} == {"graddiff", "npo", "rmu", "sp", "frp"}
+    barrier = {n: (0.3 if rows[n]["method"] == "sp" else 1e-6) for n in scored}
+    spec.out_dir.mkdir(parents=True)
+    (spec.out_dir / "results.json").write_text(json.dumps({
+        "provenance": {"params": dict(spec.params)},
+        "results": {"scores": [{"unlearned_run": n, "importance": kind, "FRAG_x100": sign * rows[n]["FRAG_x100"]}
+                               for n in scored for kind, sign in (("activation", 1), ("fisher", -1))],
+                    "barrier": [{"unlearned_run": n, "barrier": b} for n, b in barrier.items()]}}))
+    shutil.copy(paths.NOTEBOOKS_DIR / "07_ablations.ipynb", spec.executed)
+    out = collect.Collection("smol").table3_ablations(checkpoints, n_boot=20)
+    # each checkpoint's ΔES at every seed of its forget+retain attacks, straight from the 06 records
+    deltas = {}
+    for folder in sorted((copied_runs / "06_attacks").glob("smol.table1*")):
+        row = json.loads((folder / "results.json").read_text())["results"]["row"]
+        if row["attack_data"] == "forget_retain" and row["unlearned_run"] in rows:
+            deltas.setdefault(row["unlearned_run"], []).append(row["es_after"] - row["es_before"])
+    mean = {n: sum(d) / len(d) for n, d in deltas.items()}
+    imp = out["table3_importance"].set_index(["subset", "importance"])
+    for subset, names in (("all", scored), ("w/o FRP", [n for n in scored if rows[n]["method"] != "frp"])):
+        rho = analysis.spearman([rows[n]["FRAG_x100"] for n in names], [mean[n] for n in names])
+        assert imp.loc[(subset, "activation"), "rho"] == pytest.approx(rho)
+        assert imp.loc[(subset, "fisher"), "rho"] == pytest.approx(-rho)
+        assert imp.loc[(subset, "activation"), "n"] == len(names)
+    assert imp.loc[("all", "fisher"), "requires"] == "backward"
+    assert imp.loc[("all", "activation"), "paper_1B"] == analysis.PAPER_IMPORTANCE_RHO["activation"]
+    lmc = out["table3_lmc"].set_index("family")
+    assert lmc.loc["SP", "with_a_bump"] == 1 and lmc.loc["dense", "checkpoints"] == 3
+    assert lmc.loc["dense", "with_a_bump"] == lmc.loc["FRP", "with_a_bump"] == 0
