@@ -628,14 +628,15 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
     """The paper's Table 1 claim, "FRP achieves the lowest post-attack ES/ΔES", one row per attack:
     FRP (P 0) against the lowest of the baselines (GA, GradDiff, NPO, RMU, SP), forget ES after the
     attack and ΔES, in the paper at 1B and here (``table1``: :func:`frag_utils.tables.table1`,
-    averaged over the three splits, one attack seed, so no interval). The paper's premise is that "a
+    averaged over the three splits, each attack at the mean over its seeds: a few, so no
+    interval). The paper's premise is that "a
     utility-collapsed model is not meaningfully robust": the verdict names FRP and the baselines it
     is compared with whose unlearned model, before any attack, has Model Utility (averaged over the
     splits) below ``min_utility_fraction`` of the target's, and FRP's low ES is not called robust
     when FRP is one of them. The verdict is read off the numbers. ``weights`` picks the precision
     of ``table1``'s rows (the paper's numbers beside them are bf16 storage at 1B either way). A
     margin between FRP and the lowest baseline smaller than ``seed_spread`` (the largest range of
-    ΔES over the attack seeds of one checkpoint) is named in the verdict: one seed cannot tell them
+    ΔES over the attack seeds of one checkpoint) is named in the verdict: the seeds cannot tell them
     apart there."""
     paper = paper_table1()
     ours = table1[table1.weights.eq(weights) & table1.model.isin(list(TABLE1_KEYS))] if len(table1) else table1
@@ -664,7 +665,7 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
             inside = [f"{k} by {v:.3f}" for k, v in margins.items() if v < seed_spread]
             if inside:
                 verdict += (f"; the margin in {' and '.join(inside)} is inside the attack-seed spread "
-                            f"({seed_spread:.3f}): one seed cannot tell FRP from the lowest baseline there")
+                            f"({seed_spread:.3f}): the seeds recorded cannot tell FRP from the lowest baseline there")
             named = dict.fromkeys(["frp_p0", base[cols[0]].idxmin(), base[cols[1]].idxmin()])
             collapsed = [m for m in named if ours.loc[m, "mu_before"] < floor]
             if collapsed:

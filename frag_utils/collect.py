@@ -21,6 +21,9 @@ from . import analysis, drift, parameters, paths, records, runs, tables
 
 # the faithful grid's parameter files (issue 29): its models, their attacks, the seed repeats
 GRID_05, GRID_06, SEEDS_06 = "05_unlearn.table1.yaml", "06_attacks.table1.yaml", "06_attacks.table1_seeds.yaml"
+# issue 39: the retain and forget attacks behind Table 1's claim rows (FRP (P 0) and GradDiff, bf16)
+# at two more seeds; the claims compare the means over the three
+MARGIN_SEEDS_06 = "06_attacks.table1_margin_seeds.yaml"
 # the pilots that chose its settings (docs/choices.md): unlearning strength in bf16, the attack's recipe
 STRENGTH_PILOT, PROTOCOL_PILOT = "05_unlearn.strength_bf16.yaml", "06_attacks.protocol.yaml"
 # the FRP ablations (Tables 5-7, retain attack) and the direction-blind noise controls (Appendix A.2)
@@ -307,13 +310,16 @@ class Collection:
         included). The forget+retain attacks that ``06_attacks.table1_seeds.yaml`` repeats at other
         seeds enter Table 3 and the extended set as lists of ΔES, so that their intervals carry the
         seed noise (:func:`frag_utils.analysis.bootstrap_spearman`); Table 1 stays at the reference
-        seed 42."""
+        seed 42. Its claims (:func:`frag_utils.analysis.table1_claims`) take each attack's mean over
+        its seeds where :data:`MARGIN_SEEDS_06` repeats it, and say how many seeds FRP's rows have."""
         specs = self.planned("06_attacks", self.grid_06)
         found = self.attacks_of_file(self.grid_06)
         rows = tables.attack_rows(found, self.method_by_run, short_label)
         repeat_records = self.attacks_of_file(self.seeds_06)
-        _same_attack_but_the_seed(repeat_records, found)
+        margin_records = self.attacks_of_file(MARGIN_SEEDS_06)
+        _same_attack_but_the_seed([*repeat_records, *margin_records], found)
         repeats = tables.attack_rows(repeat_records, self.method_by_run, short_label)
+        margin = tables.attack_rows(margin_records, self.method_by_run, short_label)
         rows = rows.assign(**{k: [_row(self.method_by_run[u])[k] for u in rows.unlearned_run]
                               for k in ("target_es", "target_model_utility")})
         fr = rows[rows.attack_data.eq("forget_retain")]
@@ -345,7 +351,8 @@ class Collection:
             if len(ok) >= 4:
                 extended.append(analysis.paper_table3(with_repeats(ok, extended_runs), n_boot=n_boot).assign(
                     weights=weights))
-        self.sources["table1"] = self.sources["table1_per_split"] = self.sources["table1_claims"] = list(rows.run)
+        self.sources["table1"] = self.sources["table1_per_split"] = list(rows.run)
+        self.sources["table1_claims"] = [*rows.run, *margin.run]
         self.sources["frontier_table1"] = list(fr.run)
         for name in ("table3_by_precision", "table3_by_precision_checkpoints", "table3_recovered", "claims",
                      "claims_fp32", "table3_panels"):
@@ -364,14 +371,25 @@ class Collection:
         mu = target_mu.pop() if target_mu else float("nan")
         # the bf16 claims, and those of the precision study for the attacks it has recorded (forget+retain)
         in_fp32 = set(rows[rows.weights.eq("fp32")].attack_data)
-        # one attack seed behind Table 1: a margin inside the spread of Table 3's three seeds is not resolved
+        # the claims: each attack at the mean over its seeds; a margin inside the largest range of ΔES
+        # over the seeds of one checkpoint (Table 3's forget+retain seeds, and the claim rows' own) is not resolved
+        seeded = tables.seed_means(rows, margin)
         bf16_seeds = [c for c in checkpoints if len(c) and c.weights.eq("bf16").all()]
-        spread = drift.attack_seed_range(list(bf16_seeds[0].delta_es)) if bf16_seeds else float("nan")
-        fp32_claims = analysis.table1_claims(table1, mu, weights="fp32", seed_spread=spread)
-        fp32_claims = fp32_claims[fp32_claims.attack.isin(in_fp32)]
+        seed_lists = list(bf16_seeds[0].delta_es) if bf16_seeds else []
+        if len(margin):
+            keys = set(zip(margin.unlearned_run, margin.attack_data))
+            repeated = rows[[k in keys for k in zip(rows.unlearned_run, rows.attack_data)]]
+            seed_lists += list(tables.with_seed_repeats(repeated, margin).delta_es)
+        spread = drift.attack_seed_range(seed_lists)
+        table1_seeded = tables.table1(seeded) if len(seeded) else pd.DataFrame()
+        claims = pd.concat([analysis.table1_claims(table1_seeded, mu, seed_spread=spread),
+                            analysis.table1_claims(table1_seeded, mu, weights="fp32", seed_spread=spread).pipe(
+                                lambda c: c[c.attack.isin(in_fp32)])], ignore_index=True)
+        frp = seeded[seeded.model.map(analysis.TABLE1_KEYS).eq("frp_p0")]
+        frp = frp.groupby(["weights", "attack_data"]).attack_seeds.min()
+        claims = claims.assign(frp_attack_seeds=[frp.get(k, float("nan")) for k in zip(claims.weights, claims.attack)])
         return {"rows": rows, "table1": table1,
-                "table1_claims": pd.concat([analysis.table1_claims(table1, mu, seed_spread=spread), fp32_claims],
-                                           ignore_index=True),
+                "table1_claims": claims,
                 "per_split": tables.table1_per_split(rows),
                 "table3_by_precision": pd.concat(by_precision, ignore_index=True) if by_precision else pd.DataFrame(),
                 "table3_checkpoints": pd.concat(checkpoints, ignore_index=True) if checkpoints else pd.DataFrame(),

@@ -121,6 +121,18 @@ def with_seed_repeats(chosen: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFra
     return chosen.assign(delta_es=lists, attack_seeds=[len(v) for v in lists])
 
 
+def seed_means(rows: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` (one attack a row) with the forget ES after, ΔES and Model Utility after each attack
+    the means over its seeds: its own and those of ``repeats`` (the same attack at other seeds,
+    matched by ``unlearned_run`` and ``attack_data``), and ``attack_seeds`` their number."""
+    key, cols = ["unlearned_run", "attack_data"], ["es_after", "delta_es", "model_utility_after"]
+    both = pd.concat([rows[key + cols], repeats[key + cols]]) if len(repeats) else rows[key + cols]
+    grouped = both.groupby(key)
+    at = pd.MultiIndex.from_frame(rows[key])
+    means, counts = grouped[cols].mean().reindex(at), grouped.size().reindex(at)
+    return rows.assign(**{c: means[c].to_numpy() for c in cols}, attack_seeds=counts.to_numpy())
+
+
 # below this much forgotten ES (target's − before), the share recovered is not defined: nothing to recover
 MIN_FORGOTTEN = 0.05
 

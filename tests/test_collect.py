@@ -705,3 +705,32 @@ def test_table3s_checkpoints_get_the_barrier_and_each_importance_term_from_their
     lmc = out["table3_lmc"].set_index("family")
     assert lmc.loc["SP", "with_a_bump"] == 1 and lmc.loc["dense", "checkpoints"] == 3
     assert lmc.loc["dense", "with_a_bump"] == lmc.loc["FRP", "with_a_bump"] == 0
+
+
+def test_table1s_claims_take_each_attack_at_the_mean_over_its_seeds(copied_runs):
+    """The claim rows' attacks repeated at seed 1 (06_attacks.table1_margin_seeds.yaml), FRP's with
+    ΔES 0.2 higher: its ΔES in the claims is the mean over the two seeds (0.1 above seed 42's
+    average over the splits), GradDiff's is unchanged, and the claims say how many seeds FRP has."""
+    from frag_utils import runs
+
+    grid_specs = {(s.params["unlearned_run"], s.params["attack_data"]): s
+                  for s in runs.plan_run("06_attacks", PARAMS / collect.GRID_06)}
+    before = collect.Collection("smol").table1(n_boot=20)["table1_claims"].set_index(["weights", "attack"])
+    repeated = [s for s in runs.plan_run("06_attacks", PARAMS / collect.MARGIN_SEEDS_06) if s.params["seed"] == 1]
+    assert len(repeated) == 12 and {s.params["attack_data"] for s in repeated} == {"retain", "forget"}
+    for spec in repeated:
+        source = grid_specs[(spec.params["unlearned_run"], spec.params["attack_data"])].name
+        row = _record("06_attacks", source, copied_runs)["results"]["row"]
+        shift = 0.2 if "method=frp" in spec.params["unlearned_run"] else 0.0
+        _fake_record(copied_runs, "06_attacks", spec, source,
+                     row={"delta_es": row["delta_es"] + shift, "es_after": row["es_after"] + shift})
+    after = collect.Collection("smol").table1(n_boot=20)["table1_claims"].set_index(["weights", "attack"])
+    for attack in ("retain", "forget"):
+        frp_before, rest_before = before.loc[("bf16", attack), "ours_delta_es"].split(" vs ")
+        frp_after, rest_after = after.loc[("bf16", attack), "ours_delta_es"].split(" vs ")
+        assert float(frp_after) == pytest.approx(float(frp_before) + 0.1, abs=1.5e-3)
+        assert rest_after == rest_before
+        assert after.loc[("bf16", attack), "frp_attack_seeds"] == 2
+    assert after.loc[("bf16", "forget_retain"), "frp_attack_seeds"] == 1
+    same = ("bf16", "forget_retain")
+    assert after.loc[same, "ours_delta_es"] == before.loc[same, "ours_delta_es"]
