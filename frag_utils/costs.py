@@ -36,7 +36,9 @@ def notebook_times(specs: list) -> pd.DataFrame:
     """Per notebook, over ``specs`` (:class:`frag_utils.runs.RunSpec`, collectors left out): the
     runs listed and recorded, the recorded hours, the median minutes per recorded run, and the
     estimated hours of the whole list (recorded runs as measured, the others at the median of
-    their kind); a last row ``all``."""
+    their kind), and how many runs have nothing to be estimated from (``not_estimated``: no run of
+    their notebook recorded), which ``estimated_hours`` leaves out (a lower bound then); a last row
+    ``all``."""
     from .runs import COLLECTORS
 
     rows = []
@@ -63,12 +65,14 @@ def notebook_times(specs: list) -> pd.DataFrame:
     df["estimated"] = df.seconds.fillna(pd.Series(fill, index=df.index, dtype=float))
     table = df.groupby("notebook").agg(runs=("kind", "size"), recorded=("seconds", "count"),
                                        hours=("seconds", "sum"), median=("seconds", "median"),
-                                       estimated=("estimated", lambda e: e.sum(min_count=1))).reset_index()
+                                       estimated=("estimated", lambda e: e.sum(min_count=1)),
+                                       not_estimated=("estimated", lambda e: int(e.isna().sum()))).reset_index()
     total = pd.DataFrame([{"notebook": "all", "runs": len(df), "recorded": int(df.seconds.count()),
                            "hours": df.seconds.sum(), "median": df.seconds.median(),
-                           "estimated": table.estimated.sum(min_count=len(table))}])
+                           "estimated": table.estimated.sum(min_count=1),
+                           "not_estimated": int(table.not_estimated.sum())}])
     table = pd.concat([table, total], ignore_index=True)
     table["hours"] = table["hours"] / 3600
     table["median_minutes"] = table.pop("median") / 60
     table["estimated_hours"] = table.pop("estimated") / 3600
-    return table[["notebook", "runs", "recorded", "hours", "median_minutes", "estimated_hours"]]
+    return table[["notebook", "runs", "recorded", "hours", "median_minutes", "estimated_hours", "not_estimated"]]
