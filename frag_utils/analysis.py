@@ -636,8 +636,8 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
     when FRP is one of them. The verdict is read off the numbers. ``weights`` picks the precision
     of ``table1``'s rows (the paper's numbers beside them are bf16 storage at 1B either way). A
     margin between FRP and the lowest baseline smaller than ``seed_spread`` (the largest range of
-    ΔES over the attack seeds of one checkpoint) is named in the verdict: the seeds cannot tell them
-    apart there."""
+    ΔES over the attack seeds of one checkpoint) is named in the verdict as not resolved: a
+    conservative rule where the numbers are means over a few seeds, which move less than one seed."""
     paper = paper_table1()
     ours = table1[table1.weights.eq(weights) & table1.model.isin(list(TABLE1_KEYS))] if len(table1) else table1
     ours = ours.set_index(ours.model.map(TABLE1_KEYS)) if len(ours) else ours
@@ -665,7 +665,7 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
             inside = [f"{k} by {v:.3f}" for k, v in margins.items() if v < seed_spread]
             if inside:
                 verdict += (f"; the margin in {' and '.join(inside)} is inside the attack-seed spread "
-                            f"({seed_spread:.3f}): the seeds recorded cannot tell FRP from the lowest baseline there")
+                            f"({seed_spread:.3f}): not resolved")
             named = dict.fromkeys(["frp_p0", base[cols[0]].idxmin(), base[cols[1]].idxmin()])
             collapsed = [m for m in named if ours.loc[m, "mu_before"] < floor]
             if collapsed:

@@ -51,19 +51,25 @@ def source_hash() -> str:
 
 # Environment variables that cap the instruction sets of oneDNN's and MKL's kernels (set before
 # Python starts; ATEN_CPU_CAPABILITY, the third cap, shows in torch's own reported capability)
-KERNEL_CAPS = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+# (DNNL_MAX_CPU_ISA: oneDNN's older name; MKL_CBWR: MKL's conditional numerical reproducibility)
+KERNEL_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
 
 
 def kernels(environ: dict | None = None) -> dict:
-    """The kernel path that computes an artefact: torch's CPU kernel capability (``AVX512``,
-    ``AVX2``, ...) and the caps of :data:`KERNEL_CAPS` ("" when unset). The smol target made with
-    AVX2 kernels has forget ES 0.95 against 0.89 with AVX-512's (docs/reproducibility.md), so two
-    runs that differ here never stand in for each other's artefacts."""
+    """The kernel path that computes an artefact. On a machine without a usable CUDA device: torch's
+    CPU kernel capability (``AVX512``, ``AVX2``, ...) and the caps of :data:`KERNEL_CAPS` (upper
+    case, "" when unset). The smol target made with AVX2 kernels has forget ES 0.95 against 0.89
+    with AVX-512's (docs/reproducibility.md), so two runs that differ here never stand in for each
+    other's artefacts. On a CUDA machine: the GPU's name and the CUDA version, not the host CPU's
+    (GPU nodes of one cluster with other host CPUs share a cache); a run forced onto the CPU there
+    is keyed as that GPU's."""
     import torch
 
+    if torch.cuda.is_available():
+        return {"gpu": torch.cuda.get_device_name(0), "cuda": torch.version.cuda}
     environ = os.environ if environ is None else environ
     return {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            **{name: environ.get(name, "") for name in KERNEL_CAPS}}
+            **{name: environ.get(name, "").upper() for name in KERNEL_CAPS}}
 
 
 def model_identity(name_or_path: str | Path) -> str:

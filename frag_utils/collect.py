@@ -123,6 +123,13 @@ def short_label(record: dict) -> str:
     return METHOD_NAMES.get(method, method)
 
 
+def _keyed_in(df: pd.DataFrame, other: pd.DataFrame) -> list[bool]:
+    """Which attacks of ``df`` (rows of :func:`tables.attack_rows`) are also attacks of ``other``: the
+    same model and attack data, whatever the seed."""
+    keys = set(zip(other.unlearned_run, other.attack_data))
+    return [k in keys for k in zip(df.unlearned_run, df.attack_data)]
+
+
 def _importance_columns(scored: pd.DataFrame) -> list[str]:
     """The ``FRAG_x100:<term>`` columns of ``scored``, in :data:`analysis.IMPORTANCE_REQUIRES`' order."""
     return [f"FRAG_x100:{k}" for k in analysis.IMPORTANCE_REQUIRES if f"FRAG_x100:{k}" in scored]
@@ -165,8 +172,8 @@ def _same_attack_but_the_seed(repeats: list[dict], attacks: list[dict]) -> None:
         first, first_settings = by_attack.get(key, (None, None))
         if first is not None and first_settings != s:
             differ = sorted(k for k in s.keys() | first_settings.keys() if s.get(k) != first_settings.get(k))
-            raise ValueError(f"{r['run']} repeats {first['run']} at another seed but differs in {differ}: make the two "
-                             "parameter files agree (06_attacks.table1.yaml, 06_attacks.table1_seeds.yaml).")
+            raise ValueError(f"{r['run']} repeats {first['run']} at another seed but differs in {differ}: make the "
+                             f"parameter files agree ({GRID_06} and {SEEDS_06} or {MARGIN_SEEDS_06}).")
         seed = (key, r["provenance"]["params"]["seed"])
         if seed in seen:
             raise ValueError(f"{r['run']} repeats an attack at a seed it was already run with ({seed[1]}).")
@@ -352,7 +359,7 @@ class Collection:
                 extended.append(analysis.paper_table3(with_repeats(ok, extended_runs), n_boot=n_boot).assign(
                     weights=weights))
         self.sources["table1"] = self.sources["table1_per_split"] = list(rows.run)
-        self.sources["table1_claims"] = [*rows.run, *margin.run]
+        self.sources["table1_claims"] = [*rows.run, *repeats.run, *margin.run]
         self.sources["frontier_table1"] = list(fr.run)
         for name in ("table3_by_precision", "table3_by_precision_checkpoints", "table3_recovered", "claims",
                      "claims_fp32", "table3_panels"):
@@ -363,7 +370,8 @@ class Collection:
             "exclusion_rule": "gold model; Model Utility before the attack below "
                               f"{min_utility_fraction:g} x the target's"}
         print(f"{len(found)} of {len(specs)} runs of {self.grid_06} recorded, "
-              f"{len(repeats)} of {len(self.planned('06_attacks', self.seeds_06))} seed repeats of {self.seeds_06}")
+              f"{len(repeats)} of {len(self.planned('06_attacks', self.seeds_06))} seed repeats of {self.seeds_06}, "
+              f"{len(margin)} of {len(self.planned('06_attacks', MARGIN_SEEDS_06))} of {MARGIN_SEEDS_06}")
         table1 = tables.table1(rows) if len(rows) else pd.DataFrame()
         target_mu = set(rows.target_model_utility)
         if len(target_mu) > 1:
@@ -371,16 +379,15 @@ class Collection:
         mu = target_mu.pop() if target_mu else float("nan")
         # the bf16 claims, and those of the precision study for the attacks it has recorded (forget+retain)
         in_fp32 = set(rows[rows.weights.eq("fp32")].attack_data)
-        # the claims: each attack at the mean over its seeds; a margin inside the largest range of ΔES
-        # over the seeds of one checkpoint (Table 3's forget+retain seeds, and the claim rows' own) is not resolved
-        seeded = tables.seed_means(rows, margin)
-        bf16_seeds = [c for c in checkpoints if len(c) and c.weights.eq("bf16").all()]
-        seed_lists = list(bf16_seeds[0].delta_es) if bf16_seeds else []
-        if len(margin):
-            keys = set(zip(margin.unlearned_run, margin.attack_data))
-            repeated = rows[[k in keys for k in zip(rows.unlearned_run, rows.attack_data)]]
-            seed_lists += list(tables.with_seed_repeats(repeated, margin).delta_es)
-        spread = drift.attack_seed_range(seed_lists)
+        # the claims: each attack at the mean over its seeds (the forget+retain repeats of Table 3's
+        # checkpoints, the claim rows' own); a margin inside the largest range of ΔES over one
+        # checkpoint's seeds is not resolved (conservative: a mean of several seeds moves less than one)
+        every = pd.concat([repeats, margin], ignore_index=True)
+        every = every[_keyed_in(every, rows)] if len(every) else every  # a repeat whose seed 42 is not recorded
+        seeded = tables.seed_means(rows, every)
+        repeated = rows[_keyed_in(rows, every)] if len(every) else rows.iloc[:0]
+        spread = drift.attack_seed_range(list(tables.with_seed_repeats(repeated, every).delta_es)) if len(every) \
+            else float("nan")
         table1_seeded = tables.table1(seeded) if len(seeded) else pd.DataFrame()
         claims = pd.concat([analysis.table1_claims(table1_seeded, mu, seed_spread=spread),
                             analysis.table1_claims(table1_seeded, mu, weights="fp32", seed_spread=spread).pipe(
@@ -657,8 +664,11 @@ class Collection:
         scored, ablation_runs = self._ablation_scored(TABLE3_07, chosen, names)
         if not len(scored):
             return {"table3_lmc": pd.DataFrame(), "table3_importance": pd.DataFrame()}
+        wanted = set(scored.unlearned_run)  # the ρ's ΔES: each checkpoint's attack at seed 42 and its repeats
+        repeats = [r["run"] for r in self.attacks_of_file(self.seeds_06)
+                   if _row(r)["unlearned_run"] in wanted and _row(r)["attack_data"] == "forget_retain"]
         self.sources["table3_lmc"] = self.sources["table3_importance"] = [
-            *ablation_runs, *(f"05_unlearn/{u}" for u in scored.unlearned_run)]
+            *ablation_runs, *(f"05_unlearn/{u}" for u in scored.unlearned_run), *scored.run, *repeats]
         importance = (_importance_rows(analysis.paper_table3(scored, _importance_columns(scored), n_boot=n_boot))
                       if len(scored) >= 4 else pd.DataFrame())
         return {"table3_lmc": analysis.lmc_table(scored), "table3_importance": importance}

@@ -129,7 +129,8 @@ def seed_means(rows: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFrame:
     both = pd.concat([rows[key + cols], repeats[key + cols]]) if len(repeats) else rows[key + cols]
     grouped = both.groupby(key)
     at = pd.MultiIndex.from_frame(rows[key])
-    means, counts = grouped[cols].mean().reindex(at), grouped.size().reindex(at)
+    means = grouped[cols].agg(lambda v: v.mean(skipna=False)).reindex(at)  # a NaN seed makes the mean NaN
+    counts = grouped.size().reindex(at)
     return rows.assign(**{c: means[c].to_numpy() for c in cols}, attack_seeds=counts.to_numpy())
 
 

@@ -298,9 +298,8 @@ def test_table1_claims_compare_frp_with_the_lowest_baseline_and_flag_collapsed_m
     # a margin inside the attack seeds' spread is named: ΔES 0.050 vs 0.100 at a spread of 0.06, ES 0.1 is not
     spread = A.table1_claims(table1, target_model_utility=0.3, seed_spread=0.06).set_index("attack")
     assert spread.loc["retain", "verdict"] == (
-        "holds; the margin in ΔES by 0.050 is inside the attack-seed spread (0.060): the seeds recorded cannot tell "
-        "FRP from the lowest baseline there; Model Utility before the attack below 0.5 x the target's (0.150): "
-        "SP 0.050")
+        "holds; the margin in ΔES by 0.050 is inside the attack-seed spread (0.060): not resolved; Model Utility "
+        "before the attack below 0.5 x the target's (0.150): SP 0.050")
     assert forget.verdict == "does not hold" and forget.what_follows.startswith("at 135M a baseline keeps less")
     assert fr.verdict.startswith("holds for ES, not for ΔES; ")
     # FRP collapsed before the attack: its lower ES is not called robustness, whatever the utility after it

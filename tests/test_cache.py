@@ -170,4 +170,11 @@ def test_a_checkpoint_made_with_other_kernels_is_made_again_not_reused(tmp_path,
     assert again()["reused"] and len(made) == 3
     record = models.load_record(tmp_path / "target")
     assert record["cache"]["kernels"] == {"cpu_capability": real + "-other", "ONEDNN_MAX_CPU_ISA": "AVX2",
-                                          "MKL_ENABLE_INSTRUCTIONS": ""}
+                                          "DNNL_MAX_CPU_ISA": "", "MKL_ENABLE_INSTRUCTIONS": "", "MKL_CBWR": ""}
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx2")  # the same cap in another case: the same kernels
+    assert cache.is_current(tmp_path / "target")
+    # on a CUDA machine the GPU is the kernel path, whatever the host CPU: a CPU-made artefact is remade
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H100")
+    assert cache.kernels() == {"gpu": "NVIDIA H100", "cuda": torch.version.cuda}
+    assert not cache.is_current(tmp_path / "target")

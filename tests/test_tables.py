@@ -121,3 +121,21 @@ def test_recovery_is_the_share_of_the_forgotten_es_the_attack_brings_back():
     # a checkpoint that forgot (almost) nothing has no share to recover
     nothing = tables.recovery(checkpoints.assign(es_before=[0.88, 0.1]))
     assert np.isnan(nothing.recovered[0]) and np.isnan(nothing.recovered_seeds[0]).all()
+
+
+
+def test_seed_means_average_each_attack_over_its_own_seeds_and_a_missing_number_stays_missing():
+    rows = pd.DataFrame({"unlearned_run": ["a", "a", "b"], "attack_data": ["retain", "forget", "retain"],
+                         "es_after": [0.5, 0.6, 0.7], "delta_es": [0.1, 0.2, 0.3],
+                         "model_utility_after": [0.3, 0.3, 0.3], "run": ["ar42", "af42", "br42"]})
+    repeats = pd.DataFrame({"unlearned_run": ["a", "a", "b"], "attack_data": "retain",
+                            "es_after": [0.7, 0.9, float("nan")], "delta_es": [0.3, 0.5, 0.1],
+                            "model_utility_after": [0.2, 0.1, 0.3], "run": ["ar1", "ar2", "br1"]})
+    out = tables.seed_means(rows, repeats)
+    assert out.es_after.tolist()[:2] == pytest.approx([0.7, 0.6])  # a/retain over three seeds; a/forget alone
+    assert out.delta_es.tolist() == pytest.approx([0.3, 0.2, 0.2])
+    assert out.model_utility_after.tolist() == pytest.approx([0.2, 0.3, 0.3])
+    assert out.attack_seeds.tolist() == [3, 1, 2]
+    assert math.isnan(out.es_after.iloc[2])  # b's seed-1 ES is missing: no mean over a different set of seeds
+    assert out.run.tolist() == rows.run.tolist()  # one row per attack, its seed-42 run named
+    assert tables.seed_means(rows, repeats.iloc[:0]).attack_seeds.tolist() == [1, 1, 1]
