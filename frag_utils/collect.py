@@ -130,16 +130,24 @@ def _keyed_in(df: pd.DataFrame, other: pd.DataFrame) -> list[bool]:
     return [k in keys for k in zip(df.unlearned_run, df.attack_data)]
 
 
+# what the importance table ranks per importance term: the FRAG gap (Eq. 5) and cos(F, ΔW²) alone,
+# which the paper's printed "activation" value is (its Table 3 FRAG column: the authors' REPRODUCE.md)
+IMPORTANCE_SCORES = {"FRAG_x100": "FRAG gap (Eq. 5)", "A_f_x100": "cos(F, ΔW²)"}
+
+
 def _importance_columns(scored: pd.DataFrame) -> list[str]:
-    """The ``FRAG_x100:<term>`` columns of ``scored``, in :data:`analysis.IMPORTANCE_REQUIRES`' order."""
-    return [f"FRAG_x100:{k}" for k in analysis.IMPORTANCE_REQUIRES if f"FRAG_x100:{k}" in scored]
+    """The ``<score>:<term>`` columns of ``scored`` (:data:`IMPORTANCE_SCORES`), in
+    :data:`analysis.IMPORTANCE_REQUIRES`' order."""
+    return [f"{s}:{k}" for s in IMPORTANCE_SCORES for k in analysis.IMPORTANCE_REQUIRES if f"{s}:{k}" in scored]
 
 
 def _importance_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """A ρ table over ``FRAG_x100:<term>`` predictors, with the term, what it needs and the paper's 1B ρ."""
-    kind = table.predictor.str.split(":").str[1]
-    return table.assign(importance=kind, requires=kind.map(analysis.IMPORTANCE_REQUIRES),
-                        paper_1B=kind.map(analysis.PAPER_IMPORTANCE_RHO))
+    """A ρ table over ``<score>:<term>`` predictors, with the score, the term, what the term needs and
+    the paper's 1B ρ for the term (beside both scores: the paper calls it FRAG's, and its activation
+    value is the printed Table 3 FRAG, which the authors' recomputation finds to be cos(F, ΔW²))."""
+    score, kind = table.predictor.str.split(":").str[0], table.predictor.str.split(":").str[1]
+    return table.assign(score=score.map(IMPORTANCE_SCORES), importance=kind, requires=kind.map(
+        analysis.IMPORTANCE_REQUIRES), paper_1B=kind.map(analysis.PAPER_IMPORTANCE_RHO))
 
 
 def _train_seed(run: str) -> int:
@@ -676,8 +684,9 @@ class Collection:
     def _ablation_scored(self, files: tuple[str, ...], chosen: pd.DataFrame,
                          names: list[str]) -> tuple[pd.DataFrame, list[str]]:
         """``chosen`` (checkpoints whose notebook-05 run names are ``names``) with the forget-loss
-        barrier and FRAG x100 per importance term (``FRAG_x100:<term>``) that the complete notebook-07
-        runs of ``files`` give each, less the checkpoints none has scored; and those runs."""
+        barrier and, per importance term, FRAG and cos(F, ΔW²) x100 (``FRAG_x100:<term>``,
+        ``A_f_x100:<term>``) that the complete notebook-07 runs of ``files`` give each, less the
+        checkpoints none has scored; and those runs."""
         found, ablation_runs = {}, []
         for spec in (s for f in files for s in self.planned("07_ablations", f)):
             if spec.is_complete():
@@ -686,7 +695,9 @@ class Collection:
                 for row in rec["results"]["barrier"]:
                     found.setdefault(row["unlearned_run"], {})["barrier"] = row["barrier"]
                 for row in rec["results"]["scores"]:
-                    found.setdefault(row["unlearned_run"], {})[f"FRAG_x100:{row['importance']}"] = row["FRAG_x100"]
+                    for score in IMPORTANCE_SCORES:
+                        if score in row:
+                            found.setdefault(row["unlearned_run"], {})[f"{score}:{row['importance']}"] = row[score]
         scored = chosen.assign(**{k: [found.get(name, {}).get(k, np.nan) for name in names]
                                   for k in sorted({k for v in found.values() for k in v})})
         if "barrier" not in scored:

@@ -439,6 +439,7 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
         assert lmc.loc[name, "with_a_bump"] == sum(b > analysis.BARRIER_BUMP for b in mine)
         assert lmc.loc[name, "barrier_max"] == pytest.approx(max(mine))
     imp = out["frontier_importance"].set_index(["rule", "subset", "importance"])
+    assert set(imp.score) == {"FRAG gap (Eq. 5)"}  # the constructed records carry FRAG alone
     frag_rows = t3.set_index(["rule", "subset", "predictor"])
     for (rule, subset, kind), row in imp.iterrows():
         # activation: the 05 FRAG itself; fisher: its negative
@@ -682,7 +683,8 @@ def test_table3s_checkpoints_get_the_barrier_and_each_importance_term_from_their
     spec.out_dir.mkdir(parents=True)
     (spec.out_dir / "results.json").write_text(json.dumps({
         "provenance": {"params": dict(spec.params)},
-        "results": {"scores": [{"unlearned_run": n, "importance": kind, "FRAG_x100": sign * rows[n]["FRAG_x100"]}
+        "results": {"scores": [{"unlearned_run": n, "importance": kind, "FRAG_x100": sign * rows[n]["FRAG_x100"],
+                                "A_f_x100": sign * rows[n]["A_f_x100"]}
                                for n in scored for kind, sign in (("activation", 1), ("fisher", -1))],
                     "barrier": [{"unlearned_run": n, "barrier": b} for n, b in barrier.items()]}}))
     shutil.copy(paths.NOTEBOOKS_DIR / "07_ablations.ipynb", spec.executed)
@@ -694,14 +696,15 @@ def test_table3s_checkpoints_get_the_barrier_and_each_importance_term_from_their
         if row["attack_data"] == "forget_retain" and row["unlearned_run"] in rows:
             deltas.setdefault(row["unlearned_run"], []).append(row["es_after"] - row["es_before"])
     mean = {n: sum(d) / len(d) for n, d in deltas.items()}
-    imp = out["table3_importance"].set_index(["subset", "importance"])
+    imp = out["table3_importance"].set_index(["subset", "score", "importance"])
     for subset, names in (("all", scored), ("w/o FRP", [n for n in scored if rows[n]["method"] != "frp"])):
-        rho = analysis.spearman([rows[n]["FRAG_x100"] for n in names], [mean[n] for n in names])
-        assert imp.loc[(subset, "activation"), "rho"] == pytest.approx(rho)
-        assert imp.loc[(subset, "fisher"), "rho"] == pytest.approx(-rho)
-        assert imp.loc[(subset, "activation"), "n"] == len(names)
-    assert imp.loc[("all", "fisher"), "requires"] == "backward"
-    assert imp.loc[("all", "activation"), "paper_1B"] == analysis.PAPER_IMPORTANCE_RHO["activation"]
+        for column, score in collect.IMPORTANCE_SCORES.items():  # the FRAG gap and cos(F, ΔW²) alone
+            rho = analysis.spearman([rows[n][column] for n in names], [mean[n] for n in names])
+            assert imp.loc[(subset, score, "activation"), "rho"] == pytest.approx(rho)
+            assert imp.loc[(subset, score, "fisher"), "rho"] == pytest.approx(-rho)
+            assert imp.loc[(subset, score, "activation"), "n"] == len(names)
+    assert imp.loc[("all", "cos(F, ΔW²)", "fisher"), "requires"] == "backward"
+    assert imp.loc[("all", "FRAG gap (Eq. 5)", "activation"), "paper_1B"] == analysis.PAPER_IMPORTANCE_RHO["activation"]
     lmc = out["table3_lmc"].set_index("family")
     assert lmc.loc["SP", "with_a_bump"] == 1 and lmc.loc["dense", "checkpoints"] == 3
     assert lmc.loc["dense", "with_a_bump"] == lmc.loc["FRP", "with_a_bump"] == 0
