@@ -24,8 +24,8 @@ BLOCKS = {
                     "claims_table1", "strength_pilot", "protocol_pilot", "grid_times", "noise_controls",
                     "matched_controls", "ablation_lambda", "ablation_sparsity", "ablation_scoring",
                     "attack_precision", "frontier_models", "frontier_utility_parts", "frontier_table3",
-                    "frontier_matched_utility", "frontier_lmc", "frontier_importance", "table3_importance",
-                    "table3_lmc", "headline", "target_seeds",
+                    "frontier_recovered", "frontier_matched_utility", "frontier_lmc", "frontier_importance",
+                    "table3_importance", "table3_lmc", "headline", "target_seeds",
                     "second_target", "attack_variants", "attack_worst", "multiple_choice")},
     "bench": "bench/results/summary.md",
 }

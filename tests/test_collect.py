@@ -403,6 +403,11 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
     assert set(t3.rule) == {"paper", "parts"}
     assert t3[t3.rule.eq("parts") & t3.subset.eq("all")].n.eq(len(healthy)).all()
     assert t3[t3.rule.eq("paper") & t3.subset.eq("all")].n.eq(len(healthy) - 1).all()
+    # the share recovered in place of ΔES: ρ against each checkpoint's mean share over its seeds
+    rec = out["frontier_recovered"].set_index(["rule", "subset", "predictor"]).loc[("parts", "all", "l2_all")]
+    share = {n: sum(ds) / 2 / (target["es"] - models.loc[f"05_unlearn/{n}", "es"]) for n, ds in deltas.items()}
+    l2 = {n: _record("05_unlearn", n, copied_runs)["results"]["row"]["l2_all"] for n in deltas}
+    assert rec.rho == pytest.approx(analysis.spearman([l2[n] for n in deltas], [share[n] for n in deltas]))
     parts = out["frontier_utility_parts"]
     assert parts.model.iloc[0] == "target" and len(parts) == 1 + len(cases)
     from frag_utils import plots
