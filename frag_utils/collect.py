@@ -58,6 +58,9 @@ ATTACK_VARIANTS = {
     "multiple_choice": ({"eval_mc": True},),
 }
 MC_CHANCE = 0.25  # four options (frag_utils.multiple_choice)
+# the target's own protocol attack with multiple choice (its file apart: the reference row of the
+# multiple-choice table, a model no 05 run made)
+MC_TARGET = "multiple_choice_target"
 VARIANT_SEEDS = (42, 1)
 UTILITY_BOUND = 0.5  # the worst attack counts only attacks that keep this fraction of the target's Model Utility
 # issue 43: the forget10 Table 3 checkpoints unlearned from the target of another training seed, attacked
@@ -762,7 +765,9 @@ class Collection:
         (:func:`variants_file`): each change on every checkpoint of :meth:`variant_checkpoints`, at
         each seed (the first seed for all before the next); the first family's file also holds the
         protocol's own attack of each checkpoint and seed. An entry another parameter file of the
-        profile already plans (the frontier's protocol attacks) is left to that file."""
+        profile already plans (the frontier's protocol attacks) is left to that file. :data:`MC_TARGET`
+        (a file of its own) attacks the target itself with multiple choice, at each seed: the table's
+        reference row."""
         elsewhere = {parameters.params_key(s.params, self.defaults_06)
                      for f in sorted(self.params_dir.glob("06_attacks.*.yaml"))
                      if not any(f.name == variants_file(family, forget_split) for family in ATTACK_VARIANTS)
@@ -774,6 +779,9 @@ class Collection:
             entries = [{**self._variant_base(run, forget_split), "seed": seed, **change}
                        for seed in seeds for run in chosen for change in ({},) * (family == first) + changes]
             plans[family] = [e for e in entries if parameters.params_key(e, self.defaults_06) not in elsewhere]
+        plans[MC_TARGET] = [{**self.protocol, "model": "profile-target", "forget_split": forget_split,
+                             "attack_data": "forget_retain", "weights": "fp32", "seed": seed, **change}
+                            for seed in seeds for change in ATTACK_VARIANTS["multiple_choice"]]
         return plans
 
     def attack_variants(self) -> dict[str, pd.DataFrame]:
@@ -795,6 +803,8 @@ class Collection:
 
         mc = []
         for split in VARIANT_SPLITS:
+            target_runs = self.planned("06_attacks", variants_file(MC_TARGET, split))
+            mc += [(split, r) for r in (found(s.params) for s in target_runs) if r is not None]
             for family, changes in ATTACK_VARIANTS.items():
                 planned = self.planned("06_attacks", variants_file(family, split))
                 if family == "multiple_choice":
@@ -851,13 +861,15 @@ class Collection:
                 "multiple_choice": choice}
 
     def _multiple_choice(self, found: list[tuple[str, dict]]) -> pd.DataFrame:
-        """The paper's multiple-choice family on the variants' checkpoints: per split and model, the
-        mean over attack seeds of lm-eval's 4-way accuracy on the forget set and on the utility sets
-        (real authors, world facts) before and after the forget+retain attack, with chance."""
+        """The paper's multiple-choice family on the target (:data:`MC_TARGET`) and the variants'
+        checkpoints: per split and model, the mean over attack seeds of lm-eval's 4-way accuracy on
+        the forget set and on the utility sets (real authors, world facts) before and after the
+        forget+retain attack, with chance."""
         if not found:
             return pd.DataFrame()
         self.sources["multiple_choice"] = [r["run"] for _, r in found]
-        rows = [{"split": split, "model": short_label(self.method_by_run[_row(r)["unlearned_run"]]),
+        rows = [{"split": split, "model": short_label(self.method_by_run[_row(r)["unlearned_run"]])
+                 if _row(r)["unlearned_run"] else "target",
                  **{k: _row(r)[k] for k in ("mc_forget_acc_before", "mc_forget_acc_after", "mc_delta_forget_acc",
                                             "mc_utility_acc_before", "mc_utility_acc_after")}} for split, r in found]
         table = pd.DataFrame(rows).groupby(["split", "model"], sort=False)

@@ -294,7 +294,9 @@ def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, b
     nb, p = spec.notebook.stem, spec.params
     makers = [s for s in specs if s.notebook.stem == "02_target_and_gold" and s.params["profile"] == p.get("profile")]
     names = []
-    seed = paths.target_seed(str(p.get("original", "")))
+    # the target a run starts from: notebook 05's and 07's original, notebook 06's model (no unlearned run)
+    seed = paths.target_seed(str(p.get("original", p.get("model", "") if nb == "06_attacks" and not
+                                       p.get("unlearned_run") else "")))
     trains = [s for s in makers if s.params.get("seed", paths.TARGET_SEED) == seed]
     if trains:  # every 02 run of a profile at one seed trains its one target of that seed
         names.append(("02_target_and_gold", trains[0].name, False))
@@ -312,7 +314,8 @@ def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, b
 
 def needed_runs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[RunSpec, bool]]:
     """The runs ``spec`` reads from, each with whether it reads only their record (``True``) or also
-    their checkpoints: the profile's notebook-02 run for a run on ``profile-target`` and for a gold
+    their checkpoints: the profile's notebook-02 run for a run on ``profile-target`` (notebook 06's
+    ``model`` too) and for a gold
     run on ``profile-gold``; the named notebook-05 runs of notebooks 06 and 07; the run a
     matched-norm run matches (record only). Looked up in ``specs``, else among the records.
 

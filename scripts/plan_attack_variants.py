@@ -8,7 +8,8 @@ forget+retain attack (frag_utils.collect.ATTACK_VARIANTS), one file per family
 (06_attacks.<family>_<split>.yaml), at seeds 42 and 1, on the split's gold
 model and on one healthy frontier checkpoint per method at matched utility (the one whose Model
 Utility, as a fraction of the target's, is nearest the median of the split's healthy checkpoints:
-frag_utils.collect.Collection.variant_checkpoints). Chosen from the unlearning records alone, before
+frag_utils.collect.Collection.variant_checkpoints); multiple choice on the target itself too, in a
+file of its own (frag_utils.collect.MC_TARGET). Chosen from the unlearning records alone, before
 any variant is run, and only once every frontier unlearning run of the split is recorded (a later
 record could move the median and so the choice). A file once written is not rewritten with other
 entries: its runs would drop out of the tables (delete it, and its records, to plan anew).
@@ -24,7 +25,6 @@ from frag_utils import collect
 HEADER = """# {profile}: the attack variants of family {family} on {split} (issue 42), written by
 # scripts/plan_attack_variants.py from the unlearning records: each one change of the grid's
 # forget+retain attack (06_attacks.table1.yaml's first entry; frag_utils.collect.ATTACK_VARIANTS), on
-# the split's gold model and one healthy frontier checkpoint per method at matched utility:
 {chosen}# at seed 42 for every checkpoint, then at seed 1. Do not edit by hand.
 """
 
@@ -42,15 +42,19 @@ def main() -> None:
                   f"(e.g. {missing[:1]}); nothing written: the choice waits for all of them")
             continue
         chosen = grid.variant_checkpoints(split)
-        listing = "".join(f"#   {label}: {run}\n" for label, run in chosen.items())
+        listing = ("# the split's gold model and one healthy frontier checkpoint per method at matched utility:\n"
+                   + "".join(f"#   {label}: {run}\n" for label, run in chosen.items()))
         for family, entries in grid.attack_variants_plan(split).items():
             body = yaml.safe_dump(entries, sort_keys=False, default_flow_style=None, width=1000)  # an entry a line
             file = grid.params_dir / collect.variants_file(family, split)
             if file.is_file() and yaml.safe_load(file.read_text()) != entries:
                 raise SystemExit(f"{file} exists with other entries: its recorded runs would drop out of the tables. "
                                  "Delete it and its records in papermill_runs/06_attacks/ to plan anew.")
-            file.write_text(HEADER.format(profile=args.profile, family=family, split=split, chosen=listing) + body)
-            print(f"{file.name}: {len(entries)} attacks of {len(chosen)} checkpoints")
+            on = "# the target itself (profile-target: notebook 02's target), the table's reference row:\n" \
+                if family == collect.MC_TARGET else listing
+            file.write_text(HEADER.format(profile=args.profile, family=family, split=split, chosen=on) + body)
+            print(f"{file.name}: {len(entries)} attacks of "
+                  f"{'the target' if family == collect.MC_TARGET else f'{len(chosen)} checkpoints'}")
 
 
 if __name__ == "__main__":

@@ -211,7 +211,7 @@ def _fake_record(root, notebook, spec, source_folder, row=None, made=None):
     src["provenance"]["params"] = dict(spec.params)
     src["results"]["row"].update(row or {})
     if "unlearned_run" in src["results"]:
-        src["results"]["unlearned_run"] = spec.params["unlearned_run"]
+        src["results"]["unlearned_run"] = spec.params.get("unlearned_run", "")
     if made is not None:
         src["results"]["made"] = {**src["results"].get("made", {}), **made}
     folder = root / notebook / spec.name
@@ -569,6 +569,13 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
 
     plans = grid.attack_variants_plan("forget10")
     protocol = yaml.safe_load((params / "smol" / collect.GRID_06).read_text())[0]
+    # the target's own protocol attack with multiple choice, at each seed, in a file of its own
+    target_plan = plans.pop(collect.MC_TARGET)
+    assert [e["seed"] for e in target_plan] == list(collect.VARIANT_SEEDS)
+    for e in target_plan:
+        assert "unlearned_run" not in e and {k: v for k, v in e.items() if protocol.get(k) != v} == {
+            "model": "profile-target", "weights": "fp32", "seed": e["seed"], "eval_mc": True}
+    (params / "smol" / collect.variants_file(collect.MC_TARGET, "forget10")).write_text(yaml.safe_dump(target_plan))
     for family, plan in plans.items():
         changes = list(collect.ATTACK_VARIANTS[family]) + ([{}] if family == "attack_lr" else [])  # and the protocol
         # the frontier checkpoints' protocol attacks are the frontier file's, at both seeds: not planned again
@@ -628,9 +635,15 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
     for seed, shift in ((42, 0.0), (1, 0.1)):  # the protocol's attack again, with multiple choice
         _fake_record(copied_runs, "06_attacks", spec_of(seed, {"eval_mc": True}), source,
                      row={k: v + shift for k, v in mc.items()})
+    (target_42, _) = runs.plan_run("06_attacks", params / "smol" / collect.variants_file(collect.MC_TARGET, "forget10"))
+    _fake_record(copied_runs, "06_attacks", target_42, source,  # the target: no 05 run, one seed recorded
+                 row={"unlearned_run": "", "method": "target", **{k: v + 0.2 for k, v in mc.items()}})
 
     out = collect.Collection("smol").attack_variants()
-    choice = out["multiple_choice"].set_index("model").loc[label]
+    choice = out["multiple_choice"].set_index("model")
+    assert list(choice.index)[0] == "target" and choice.loc["target", "seeds"] == 1
+    assert all(choice.loc["target", k] == pytest.approx(v + 0.2) for k, v in mc.items())
+    choice = choice.loc[label]
     assert choice.seeds == 2 and choice.chance == 0.25
     assert all(choice[k] == pytest.approx(v + 0.05) for k, v in mc.items())
     table = out["attack_variants"]

@@ -534,3 +534,21 @@ def test_every_run_of_every_committed_grid_finds_the_runs_it_reads(profile):
     for spec in specs:
         for needed, _ in runs.needed_runs(spec, specs):
             assert needed.name
+
+
+def test_an_attack_of_the_target_itself_reads_the_profiles_notebook_02_run_and_an_attack_of_a_named_model_none(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "RUNS_DIR", tmp_path / "runs")
+    monkeypatch.setattr(paths, "PARAMS_DIR", tmp_path / "params")
+    folder = tmp_path / "params" / "t"
+    folder.mkdir(parents=True)
+    (folder / "02_target_and_gold.yaml").write_text("{profile: t}\n")
+    (folder / "06_attacks.yaml").write_text("- {profile: t, model: profile-target, seed: 42}\n"
+                                            "- {profile: t, model: some/hub-model, seed: 1}\n")
+    specs = runs.grid("t")
+    target, named = [s for s in specs if s.notebook.stem == "06_attacks"]
+    assert [(d.notebook.stem, d.name, only) for d, only in runs.needed_runs(target, specs)] == [
+        ("02_target_and_gold", "t", False)]  # its checkpoint: made first where missing
+    assert runs.needed_runs(named, specs) == []
+    assert [(j.key, j.needs) for j in runs.plan([target], specs)] == [
+        ("02_target_and_gold/t", ()), (f"06_attacks/{target.name}", ("02_target_and_gold/t",))]
