@@ -333,9 +333,9 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
     params = tmp_path / "params"
     shutil.copytree(paths.PARAMS_DIR, params)
     monkeypatch.setattr(paths, "PARAMS_DIR", params)
-    planned = [s for s in runs.plan_run("05_unlearn", params / "smol" / collect.FRONTIER_05)
-               if s.params["forget_split"] == "forget10"]
-    for spec in planned:  # the file's own records (committed as they land) out, the test's in
+    every = runs.plan_run("05_unlearn", params / "smol" / collect.FRONTIER_05)
+    planned = [s for s in every if s.params["forget_split"] == "forget10"]
+    for spec in every:  # the file's own records, every split's (committed as they land), out; the test's in
         shutil.rmtree(copied_runs / "05_unlearn" / spec.name, ignore_errors=True)
     for folder in (copied_runs / "06_attacks").glob("smol.frontier*"):  # and their attacks
         shutil.rmtree(folder)
