@@ -816,7 +816,10 @@ def headline(table3: pd.DataFrame, subset: str = "all") -> pd.DataFrame:
     :func:`table3_beside_authors` rows of one set of checkpoints), what the paper prints at 1B (its
     FRAG column, which is cos F, in the FRAG row, as the paper names it), the authors' recomputation
     from their checkpoints at 1B, this repository's ρ with its interval, and the checkpoints and
-    methods behind it. No sentence in a cell."""
+    methods behind it. No sentence in a cell; a value the paper does not print is a dash."""
+    def signed(v: float) -> str:
+        return "—" if pd.isna(v) else f"{v:+.2f}"
+
     authors = authors_table3()
     printed = authors[authors.scale.eq("1B") & authors.source.str.startswith("paper")]
     printed = printed.assign(predictor=printed.predictor.replace({"frag_printed": "frag_gap"}))
@@ -827,7 +830,7 @@ def headline(table3: pd.DataFrame, subset: str = "all") -> pd.DataFrame:
     return pd.DataFrame({
         "predictor": rows.predictor.map({"l2_all": "global L2", "FRAG_x100": "FRAG gap (Eq. 5)",
                                          "A_f_x100": "cos(F, ΔW²)", "A_r_x100": "cos(R, ΔW²)"}),
-        "paper_1B": [printed.get((subset, AUTHORS_PREDICTOR[p]), np.nan) for p in rows.predictor],
-        "authors_1B": rows.authors_1B,
+        "paper_1B": [signed(printed.get((subset, AUTHORS_PREDICTOR[p]), np.nan)) for p in rows.predictor],
+        "authors_1B": [signed(v) for v in rows.authors_1B],
         "ours": [f"{r:+.2f} [{lo:+.2f}, {hi:+.2f}]" for r, lo, hi in zip(rows.rho, rows.low, rows.high)],
         "n": [f"{int(n)} ({int(m)} methods)" for n, m in zip(rows.n, rows.methods)]}).reset_index(drop=True)
