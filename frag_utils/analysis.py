@@ -297,7 +297,8 @@ def permutation_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequ
 
 
 def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], groups: Sequence,
-                        n_boot: int = 2000, level: float = 0.95, seed: int = 0) -> dict:
+                        n_boot: int = 2000, level: float = 0.95, seed: int = 0,
+                        cells: Sequence | None = None) -> dict:
     """The within-method rank correlation: Spearman's ρ of ``x`` with ``y`` among the checkpoints of
     each method (its strengths), averaged over methods weighted by their checkpoints. It asks
     whether, within one method, the stronger updates that a predictor scores higher recover less;
@@ -305,22 +306,35 @@ def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]]
     power (the pooled ρ's interval stays wide with few methods however many checkpoints each has).
     The interval resamples methods, checkpoints within each and seeds within each (:func:`_draws`).
 
+    ``cells`` (one label per checkpoint, finer than its method: the method on one forget split)
+    takes the ρ within each cell instead, since ΔES on two forget sets are not one scale, while the
+    interval still draws methods whole: a method's cells are not independent draws.
+
     Returns:
-        ``{"rho", "low", "high", "n", "n_groups", "per_group": {method: (rho, n)}, "n_degenerate"}``;
-        methods of fewer than 3 checkpoints carry no ρ and count in ``n`` but not in ``rho``.
+        ``{"rho", "low", "high", "n", "n_groups", "per_group": {cell: (rho, n)}, "n_degenerate"}``;
+        cells of fewer than 3 checkpoints carry no ρ and count in ``n`` but not in ``rho``.
     """
     _check_boot(n_boot, level)
-    (x,), runs, _, groups = _clean([x], y, groups)
-    labels = list(dict.fromkeys(groups))
-    members = [np.flatnonzero(np.asarray(groups) == g) for g in labels]
+    cells = list(groups) if cells is None else list(cells)
+    if len(cells) != len(groups):
+        raise ValueError(f"cells and groups differ in length ({len(cells)} and {len(groups)}).")
+    codes = {c: k for k, c in enumerate(dict.fromkeys(cells))}
+    (x,), runs, _, keyed = _clean([x], y, [(g, codes[c]) for g, c in zip(groups, cells)])
+    groups, cell = [g for g, _ in keyed], np.array([c for _, c in keyed], int)
+    labels = [c for c in codes if codes[c] in set(cell)]
+    members = [np.flatnonzero(cell == codes[c]) for c in labels]
     ys = np.array([v.mean() for v in runs])
     rho = float(_stratified(x, ys, members)[0])
     sizes, idx, yb, parts = _resampled(runs, n_boot, seed, groups)
     ends = np.cumsum(sizes)
-    draws = [float(_stratified(x[idx[e - m:e]], yb[e - m:e], p)[0]) for m, e, p in zip(sizes, ends, parts)]
+    draws = []
+    for m, e, p in zip(sizes, ends, parts):
+        drawn = cell[idx[e - m:e]]  # each drawn method's positions, split by cell
+        within = [q[drawn[q] == c] for q in p for c in dict.fromkeys(drawn[q])]
+        draws.append(float(_stratified(x[idx[e - m:e]], yb[e - m:e], within)[0]))
     low, high, degenerate = _interval(draws, level)
-    return {"rho": rho, "low": low, "high": high, "n": len(x), "n_groups": len(labels),
-            "per_group": {g: (spearman(x[m], ys[m]), len(m)) for g, m in zip(labels, members)},
+    return {"rho": rho, "low": low, "high": high, "n": len(x), "n_groups": len(set(groups)),
+            "per_group": {c: (spearman(x[m], ys[m]), len(m)) for c, m in zip(labels, members)},
             "n_degenerate": degenerate}
 
 
@@ -729,9 +743,13 @@ PRUNING = ("sp", "frp")
 
 
 def frontier_subsets(df: pd.DataFrame) -> dict[str, pd.Series]:
-    """Table 3's columns on the frontier: all, without FRP (the paper's two), and each family."""
-    return {"all": df.method.ne(""), "w/o FRP": df.method.ne("frp"), "pruning": df.method.isin(PRUNING),
-            "dense": ~df.method.isin(PRUNING)}
+    """Table 3's columns on the frontier: all, without FRP (the paper's two), each family, and,
+    where checkpoints of several forget splits are attacked, each split alone (does a reading of
+    one split hold on the other?)."""
+    subsets = {"all": df.method.ne(""), "w/o FRP": df.method.ne("frp"), "pruning": df.method.isin(PRUNING),
+               "dense": ~df.method.isin(PRUNING)}
+    splits = list(dict.fromkeys(df.forget_split)) if "forget_split" in df else []
+    return {**subsets, **({s: df.forget_split.eq(s) for s in splits} if len(splits) > 1 else {})}
 
 
 def frontier_table3(df: pd.DataFrame, predictors: Sequence[str] = PAPER_TABLE3_PREDICTORS, target: str = "delta_es",
@@ -739,20 +757,23 @@ def frontier_table3(df: pd.DataFrame, predictors: Sequence[str] = PAPER_TABLE3_P
     """Table 3 on a set of attacked checkpoints (``target`` a list of seeds each): per subset of
     :func:`frontier_subsets` with at least ``min_checkpoints`` checkpoints, and predictor, the
     pooled ρ with its interval over methods, checkpoints and seeds and its permutation p-value
-    (:func:`predictor_table`), and the within-method ρ (:func:`stratified_spearman`) with its own
-    interval and its p-value from reorderings within methods."""
+    (:func:`predictor_table`), and the within-method ρ (:func:`stratified_spearman`: within each
+    method on each forget split, ``within_strata`` of them with a ρ) with its own interval and its
+    p-value from reorderings within those strata."""
     rows = []
     for name, mask in frontier_subsets(df).items():
         part = df[mask]
         if len(part) < min_checkpoints:
             continue
         pooled = predictor_table(part, {name: pd.Series(True, index=part.index)}, predictors, target, n_boot, seed)
+        cells = list(part[GROUP_BY] + " " + part.forget_split) if "forget_split" in part else list(part[GROUP_BY])
         for r, p in zip(pooled.to_dict("records"), predictors):
-            within = stratified_spearman(part[p], part[target], list(part[GROUP_BY]), n_boot=n_boot, seed=seed)
-            perm = permutation_spearman(part[p], part[target], seed=seed, strata=list(part[GROUP_BY]))
+            within = stratified_spearman(part[p], part[target], list(part[GROUP_BY]), n_boot=n_boot, seed=seed,
+                                         cells=cells)
+            perm = permutation_spearman(part[p], part[target], seed=seed, strata=cells)
             rows.append({**r, "within_rho": within["rho"], "within_low": within["low"],
                          "within_high": within["high"], "within_p_perm": perm["p"],
-                         "within_methods": sum(1 for rho, _ in within["per_group"].values() if np.isfinite(rho))})
+                         "within_strata": sum(1 for rho, _ in within["per_group"].values() if np.isfinite(rho))})
     return pd.DataFrame(rows)
 
 

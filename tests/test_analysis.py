@@ -440,6 +440,31 @@ def test_the_stratified_rho_is_the_weighted_mean_of_the_within_method_rhos():
     assert two["rho"] == pytest.approx(res["rho"]) and two["n"] == 12 and np.isnan(two["per_group"]["d"][0])
 
 
+def test_the_within_method_rho_is_taken_on_one_split_while_the_interval_draws_methods_whole():
+    """Two methods, each on two forget splits. Within each (method, split) cell x ranks y perfectly
+    (ρ +1), but the forget05 cells sit at lower y with higher x, so a ρ taken over a method's two
+    splits together mixes the splits' scales and comes out negative."""
+    x = np.array([1, 2, 3, 11, 12, 13, 4, 5, 6, 14, 15, 16], float)
+    y = np.array([0.5, 0.6, 0.7, 0.1, 0.2, 0.3, 0.55, 0.65, 0.75, 0.15, 0.25, 0.35])
+    methods = ["a"] * 6 + ["b"] * 6
+    splits = (["forget10"] * 3 + ["forget05"] * 3) * 2
+    cells = [f"{m} {s}" for m, s in zip(methods, splits)]
+    mixed = A.stratified_spearman(x, y, methods, n_boot=300, seed=0)
+    by_cell = A.stratified_spearman(x, y, methods, n_boot=300, seed=0, cells=cells)
+    assert mixed["rho"] < 0 and by_cell["rho"] == pytest.approx(1.0)
+    assert set(by_cell["per_group"]) == set(cells) and by_cell["n_groups"] == 2  # two methods drawn, four cells
+    # every resample draws whole methods and keeps their cells apart: each drawn cell still ranks
+    # perfectly, so every ρ drawn is +1 (a resample of one or two distinct checkpoints per cell has none)
+    assert by_cell["low"] == pytest.approx(1.0) and by_cell["high"] == pytest.approx(1.0)
+    # the permutation null reorders within cells: 3!^4 = 1296 orders, exact; two-sided, the all-reversed
+    # order is as extreme
+    perm = A.permutation_spearman(x, y, n_perm=5000, strata=cells)
+    assert perm["exact"] and perm["rho"] == pytest.approx(1.0) and perm["p"] == pytest.approx(2 / 6 ** 4)
+    # cells equal to the methods are the method-level ρ, draw for draw
+    same = A.stratified_spearman(x, y, methods, n_boot=300, seed=0, cells=methods)
+    assert (same["rho"], same["low"], same["high"]) == (mixed["rho"], mixed["low"], mixed["high"])
+
+
 def test_the_headline_puts_the_papers_printed_value_the_authors_recomputation_and_ours_side_by_side():
     rows = pd.DataFrame({"subset": ["all"] * 4 + ["w/o FRP"], "predictor": [*A.PAPER_TABLE3_PREDICTORS, "l2_all"],
                          "rho": [0.3, -0.2, 0.1, 0.05, 0.4], "low": [-0.1, -0.8, -0.5, -0.6, 0.0],
@@ -505,3 +530,11 @@ def test_equal_seeds_are_an_equal_mean_and_nothing_left_is_no_rho():
         assert np.isnan(res["low"]) and res["n"] == 0 and res["n_dropped"] == 2
     with pytest.raises(ValueError, match="seed must be an integer"):
         A.bootstrap_spearman(x, [0.1, 0.3, 0.2, 0.5, 0.4], seed=None)
+
+
+def test_the_frontier_reads_each_split_alone_only_when_several_are_attacked():
+    df = pd.DataFrame({"method": ["ga", "frp", "sp", "npo"], "forget_split": ["forget10", "forget10", "forget05", "forget05"]})
+    subsets = A.frontier_subsets(df)
+    assert list(subsets) == ["all", "w/o FRP", "pruning", "dense", "forget10", "forget05"]
+    assert subsets["forget05"].tolist() == [False, False, True, True]
+    assert list(A.frontier_subsets(df.assign(forget_split="forget10"))) == ["all", "w/o FRP", "pruning", "dense"]
