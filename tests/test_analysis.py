@@ -533,7 +533,8 @@ def test_equal_seeds_are_an_equal_mean_and_nothing_left_is_no_rho():
 
 
 def test_the_frontier_reads_each_split_alone_only_when_several_are_attacked():
-    df = pd.DataFrame({"method": ["ga", "frp", "sp", "npo"], "forget_split": ["forget10", "forget10", "forget05", "forget05"]})
+    df = pd.DataFrame({"method": ["ga", "frp", "sp", "npo"],
+                       "forget_split": ["forget10", "forget10", "forget05", "forget05"]})
     subsets = A.frontier_subsets(df)
     assert list(subsets) == ["all", "w/o FRP", "pruning", "dense", "forget10", "forget05"]
     assert subsets["forget05"].tolist() == [False, False, True, True]
