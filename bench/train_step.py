@@ -7,7 +7,9 @@ tried for issue 41:
   3. short_prompt: and OpenUnlearning's short system prompt (the smol profile: today's path),
   4. fused_adamw: and PyTorch's fused AdamW (`optimizer: adamw_torch_fused`) for the foreach one,
   5. compiled: and the model under `torch.compile` (inductor), its compilation timed apart;
-     compiled_dynamic: the same with every shape dynamic (one graph for every batch length).
+     compiled_dynamic: the same with every shape dynamic (one graph for every batch length);
+     compiled_layers: only the decoder layers compiled, every shape dynamic (the layers share one
+     graph: what is traced and guarded is one layer, not the model).
 Each variant trains a fresh copy of the model for one epoch; its seconds per step (the median of
 the steps after the first, which pays start-up and compilation) are the point, beside a large fp32
 matrix product's rate on the same threads and the matrix products' share of each step (their
@@ -44,6 +46,7 @@ VARIANTS = {  # name: (trainer class, group by length, prompt template, optimize
     "fused_adamw": (None, True, "openunlearning", "adamw_torch_fused", False),
     "compiled": (None, True, "openunlearning", "adamw_torch_fused", True),
     "compiled_dynamic": (None, True, "openunlearning", "adamw_torch_fused", "dynamic"),
+    "compiled_layers": (None, True, "openunlearning", "adamw_torch_fused", "layers"),
 }
 BASE = "short_prompt"  # today's path: the others' weights are compared with its
 
@@ -134,7 +137,10 @@ def main() -> None:
                                    scheduler="constant", group_by_length=grouped, seed=42, device="cpu",
                                    optimizer=optimizer)
         model, tokenizer = models.load_model(args.model, seed=42)
-        if compiled:  # in place: Trainer still sees the model's own class
+        if compiled == "layers":  # in place, each decoder layer: one traced graph serves them all
+            for layer in model.model.layers:
+                layer.compile(dynamic=True)
+        elif compiled:  # in place: Trainer still sees the model's own class
             model.compile(dynamic=True) if compiled == "dynamic" else model.compile()
         dataset = train.QADataset(tokenizer, recs, config.chat, config.max_len)
         timer = StepTimes(profile=profiled)
