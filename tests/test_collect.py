@@ -758,3 +758,30 @@ def test_table1s_claims_take_each_attack_at_the_mean_over_its_seeds(copied_runs)
     assert after.loc[("bf16", "forget_retain"), "frp_attack_seeds"] == 3
     same = ("bf16", "forget_retain")
     assert after.loc[same, "ours_delta_es"] == before.loc[same, "ours_delta_es"]
+
+
+def test_every_notebook_07_record_scores_with_the_activation_norms_what_notebook_05_recorded():
+    """Notebook 07 rebuilds FRAG from the original, the calibration and each checkpoint; with the
+    activation norms and the calibration notebook 05 used, it must give every checkpoint the FRAG,
+    cos(F, ΔW²), cos(R, ΔW²) and global L2 of that checkpoint's 05 record (read the slow way, json by
+    json): the ablation's activation row is the same FRAG the tables rank, not a near copy."""
+    compared = 0
+    for folder in sorted((paths.RUNS_DIR / "07_ablations").glob("smol.*")):
+        if not _complete(folder, "07_ablations"):
+            continue
+        rec = json.loads((folder / "results.json").read_text())
+        p7 = rec["provenance"]["params"]
+        for score in (s for s in rec["results"]["scores"] if s["importance"] == "activation"):
+            unl = _record("05_unlearn", score["unlearned_run"])
+            p5 = unl["provenance"]["params"]
+            same = {"original": p5["original"], "n_calib": p5["frag_n_calib"], "gamma": p5["gamma"],
+                    "max_len": p5["max_len"], "prompt_template": p5["prompt_template"]}
+            if any(p7[k] != v for k, v in same.items()):  # another calibration: another FRAG, by design
+                continue
+            row = unl["results"]["row"]
+            for key in ("FRAG_x100", "A_f_x100", "A_r_x100", "l2_all"):
+                assert score[key] == pytest.approx(row[key], rel=1e-9, abs=1e-12), (folder.name, key,
+                                                                                     score["unlearned_run"])
+            compared += 1
+    if not compared:
+        pytest.skip("no notebook-07 record scores a checkpoint with its 05 record's calibration")
