@@ -63,6 +63,10 @@ def plan_run(notebook: str, params_file: str | Path | None = None, overrides: di
     """Check and name the runs of one notebook (one per mapping in the parameter file)."""
     nb = parameters.resolve_notebook(notebook)
     overrides = dict(overrides or {})
+    if params_file is None and nb.stem in COLLECTORS:  # a profile's collection is its file's one run, never a
+        profile = overrides.get("profile", parameters.notebook_defaults(nb).get("profile"))  # second under its name
+        own = paths.PARAMS_DIR / str(profile) / f"{nb.stem}.yaml"
+        params_file = own if own.is_file() else None
     bases = parameters.load_params_file(params_file) if params_file else [{}]
     # runs of a suffixed file (05_unlearn.table1.yaml) carry the suffix in their names: two files
     # naming their runs by the same varying keys never collide

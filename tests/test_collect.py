@@ -762,26 +762,37 @@ def test_table1s_claims_take_each_attack_at_the_mean_over_its_seeds(copied_runs)
 
 def test_every_notebook_07_record_scores_with_the_activation_norms_what_notebook_05_recorded():
     """Notebook 07 rebuilds FRAG from the original, the calibration and each checkpoint; with the
-    activation norms and the calibration notebook 05 used, it must give every checkpoint the FRAG,
-    cos(F, ΔW²), cos(R, ΔW²) and global L2 of that checkpoint's 05 record (read the slow way, json by
-    json): the ablation's activation row is the same FRAG the tables rank, not a near copy."""
+    activation norms and the calibration notebook 05 used (the same original, split, data, number,
+    length and batch of calibration sequences, gamma), it must give every checkpoint the FRAG,
+    cos(F, ΔW²), cos(R, ΔW²) and global L2 of that checkpoint's 05 record (read the slow way, json
+    by json): to the bit where both ran at one commit on one kernel path, else within the tolerance
+    file (a remade checkpoint). The ablation's activation row is the FRAG the tables rank."""
+    from frag_utils import calibration, drift
+
+    tolerance = drift.load_tolerance()
     compared = 0
     for folder in sorted((paths.RUNS_DIR / "07_ablations").glob("smol.*")):
         if not _complete(folder, "07_ablations"):
             continue
         rec = json.loads((folder / "results.json").read_text())
-        p7 = rec["provenance"]["params"]
+        p7, prov7 = rec["provenance"]["params"], rec["provenance"]
         for score in (s for s in rec["results"]["scores"] if s["importance"] == "activation"):
             unl = _record("05_unlearn", score["unlearned_run"])
-            p5 = unl["provenance"]["params"]
-            same = {"original": p5["original"], "n_calib": p5["frag_n_calib"], "gamma": p5["gamma"],
-                    "max_len": p5["max_len"], "prompt_template": p5["prompt_template"]}
+            p5, prov5 = unl["provenance"]["params"], unl["provenance"]
+            same = {"original": p5["original"], "forget_split": p5["forget_split"], "data_source": p5["data_source"],
+                    "n_calib": p5["frag_n_calib"], "max_len": p5["max_len"], "gamma": p5["gamma"],
+                    "batch_size": calibration.CalibConfig().batch_size}  # 05 scores with the default batch
             if any(p7[k] != v for k, v in same.items()):  # another calibration: another FRAG, by design
                 continue
+            one_path = (prov7["git"]["commit"] == prov5["git"]["commit"] and not prov7["git"]["dirty"]
+                        and prov7["environment"].get("cpu_capability") == prov5["environment"].get("cpu_capability"))
             row = unl["results"]["row"]
             for key in ("FRAG_x100", "A_f_x100", "A_r_x100", "l2_all"):
-                assert score[key] == pytest.approx(row[key], rel=1e-9, abs=1e-12), (folder.name, key,
-                                                                                     score["unlearned_run"])
+                absolute, relative = (0.0, 1e-9) if one_path else tolerance[key]
+                assert abs(score[key] - row[key]) <= absolute + relative * abs(row[key]), (
+                    folder.name, key, score["unlearned_run"], one_path)
             compared += 1
-    if not compared:
+    if (paths.RUNS_DIR / "07_ablations" / "smol.frontier_forget05" / "results.json").is_file():
+        assert compared >= 26  # forget05's frontier: every checkpoint it scored
+    elif not compared:
         pytest.skip("no notebook-07 record scores a checkpoint with its 05 record's calibration")

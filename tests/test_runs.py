@@ -60,6 +60,16 @@ def test_run_names_are_built_from_parameters():
     assert parameters.parse_cli_value("true") is True and parameters.parse_cli_value("forget05") == "forget05"
 
 
+def test_a_collector_planned_without_a_file_is_its_profiles_file_run_not_one_on_the_notebooks_defaults():
+    # notebook 09's defaults are a smoke run's (200 resamples); run as `frag run 09_figures`, they must not
+    # plan a second "smol" collection that would overwrite the recorded one (its file: 2000)
+    for profile in ("smol", "tiny"):
+        (own,) = runs.plan_run("09_figures", f"{profile}/09_figures.yaml")
+        (bare,) = runs.plan_run("09_figures", None, {"profile": profile} if profile != "smol" else None)
+        assert bare.name == own.name == profile and bare.params == own.params and bare.params["n_boot"] == 2000
+    assert parameters.notebook_defaults(parameters.resolve_notebook("09_figures"))["n_boot"] < 2000
+
+
 def test_list_files_name_runs_by_what_varies(tmp_path):
     f = tmp_path / "grid.yaml"
     f.write_text("- {profile: tiny, forget_split: forget01}\n- {profile: tiny, forget_split: forget05}\n")
