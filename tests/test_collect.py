@@ -784,7 +784,8 @@ def test_every_notebook_07_record_scores_with_the_activation_norms_what_notebook
                     "batch_size": calibration.CalibConfig().batch_size}  # 05 scores with the default batch
             if any(p7[k] != v for k, v in same.items()):  # another calibration: another FRAG, by design
                 continue
-            one_path = (prov7["git"]["commit"] == prov5["git"]["commit"] and not prov7["git"]["dirty"]
+            one_path = (prov7["git"]["commit"] == prov5["git"]["commit"]
+                        and not prov7["git"]["dirty"] and not prov5["git"]["dirty"]
                         and prov7["environment"].get("cpu_capability") == prov5["environment"].get("cpu_capability"))
             row = unl["results"]["row"]
             for key in ("FRAG_x100", "A_f_x100", "A_r_x100", "l2_all"):
