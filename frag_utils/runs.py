@@ -15,9 +15,11 @@ the jobs that bring a grid of them up to date (Snakemake runs them: ``workflow/S
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import shutil
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,6 +152,31 @@ def drop_torn_checkpoints(spec: RunSpec) -> list[Path]:
     return torn
 
 
+@functools.cache
+def check_kernel_package(kernel: str = KERNEL) -> None:
+    """Refuse to start where the notebook kernel would import another checkout's ``frag_utils``.
+
+    A record names the commit of the checkout the runner runs in; a kernel that imports the package
+    from elsewhere (a worktree sharing another checkout's editable ``.venv``) would compute with
+    that code under this commit's name. Asked of the kernel's own Python, from the notebooks'
+    folder, with this process's environment (which the kernel inherits).
+    """
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+    try:
+        python = KernelSpecManager().get_kernel_spec(kernel).argv[0]
+    except NoSuchKernel:
+        return  # papermill names the missing kernel itself
+    found = subprocess.run([python, "-c", "import importlib.util as u; s = u.find_spec('frag_utils'); "
+                            "print(s.origin if s and s.origin else '')"],
+                           cwd=paths.NOTEBOOKS_DIR, capture_output=True, text=True, timeout=120)
+    origin = found.stdout.strip()
+    if not origin or Path(origin).resolve().parent != paths.PACKAGE_DIR.resolve():
+        raise RunError(f"the notebook kernel {kernel!r} ({python}) imports frag_utils from "
+                       f"{origin or 'nowhere'}, not from this checkout ({paths.PACKAGE_DIR}): its record "
+                       f"would name this checkout's commit for other code. Run `make setup` in "
+                       f"{paths.REPO_ROOT}, or start the runner with PYTHONPATH={paths.REPO_ROOT}.")
+
+
 def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, record_to: Path | None = None) -> dict:
     """Execute one run unless it is already complete; returns its status and timing.
 
@@ -169,6 +196,8 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, record_to:
     import papermill
 
     from .records import RUN_COMMIT_ENV, git_commit
+
+    check_kernel_package(kernel)
 
     out_dir = Path(record_to or spec.out_dir)
     had_record = (out_dir / paths.RESULTS_FILE).is_file() or (out_dir / spec.notebook.name).is_file()

@@ -386,6 +386,28 @@ def test_a_failed_run_without_a_record_leaves_no_run_folder_and_names_its_error(
     assert spec.is_complete()
 
 
+def test_a_kernel_that_imports_another_checkouts_package_is_refused_before_the_run_starts(fake_grid, tmp_path,
+                                                                                            monkeypatch):
+    other = tmp_path / "other_checkout"  # a worktree sharing this checkout's .venv sees the reverse of this
+    (other / "frag_utils").mkdir(parents=True)
+    (other / "frag_utils" / "__init__.py").write_text("")
+    spec = runs.grid("t")[0]
+    monkeypatch.setenv("PYTHONPATH", str(other))  # the kernel inherits it
+    runs.check_kernel_package.cache_clear()
+    try:
+        with pytest.raises(RunError) as err:
+            runs.execute(spec)
+        message = str(err.value)
+        assert f"imports frag_utils from {other / 'frag_utils' / '__init__.py'}, not from this checkout" in message
+        assert f"PYTHONPATH={paths.REPO_ROOT}" in message
+        assert not spec.out_dir.exists()  # refused before anything was written
+        monkeypatch.delenv("PYTHONPATH")
+        runs.check_kernel_package.cache_clear()
+        runs.check_kernel_package()  # this checkout's own kernel
+    finally:
+        runs.check_kernel_package.cache_clear()
+
+
 def test_a_failed_rerun_of_a_recorded_run_keeps_its_folder_and_the_partial_notebook_beside_it(fake_grid, tmp_path):
     spec = runs.grid("t")[0]
     _make(select="02_target_and_gold")
