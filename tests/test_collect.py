@@ -737,6 +737,8 @@ def test_table1s_claims_take_each_attack_at_the_mean_over_its_seeds(copied_runs)
 
     grid_specs = {(s.params["unlearned_run"], s.params["attack_data"]): s
                   for s in runs.plan_run("06_attacks", PARAMS / collect.GRID_06)}
+    for spec in runs.plan_run("06_attacks", PARAMS / collect.MARGIN_SEEDS_06):  # the recorded ones out: seed 42 alone
+        shutil.rmtree(copied_runs / "06_attacks" / spec.name, ignore_errors=True)
     before = collect.Collection("smol").table1(n_boot=20)["table1_claims"].set_index(["weights", "attack"])
     repeated = [s for s in runs.plan_run("06_attacks", PARAMS / collect.MARGIN_SEEDS_06) if s.params["seed"] == 1]
     assert len(repeated) == 12 and {s.params["attack_data"] for s in repeated} == {"retain", "forget"}
