@@ -599,7 +599,8 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
     mine_keys = [parameters.params_key(e, defaults) for family in plans.values() for e in family]
     assert not set(mine_keys) & others and len(set(mine_keys)) == len(mine_keys)  # no run planned twice
 
-    for family in [*collect.ATTACK_VARIANTS, collect.MC_TARGET]:  # the variants recorded so far out: this test fakes its own
+    # the variants recorded so far out: this test fakes its own
+    for family in [*collect.ATTACK_VARIANTS, collect.MC_TARGET]:
         for recorded in (copied_runs / "06_attacks").glob(f"smol.{family}_forget10__*"):
             shutil.rmtree(recorded)
     attacked_at_42 = {json.loads(f.read_text())["results"]["unlearned_run"]: f.parent.name
