@@ -296,6 +296,41 @@ def permutation_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequ
             "n_perm": len(null), "exact": exact}
 
 
+def _within_draws(x: np.ndarray, yb: np.ndarray, sizes: np.ndarray, idx: np.ndarray, parts: list,
+                  cell: np.ndarray) -> np.ndarray:
+    """The stratified ρ of every resample at once: :func:`_stratified` of each resample's drawn
+    checkpoints, its strata each drawn method's checkpoints of one cell (in the order the method
+    drew them, the cells in order of first appearance), as the loop over resamples gives it, bit
+    for bit: the strata's ρ scored together by size, then summed per resample in the same order."""
+    n_boot = len(sizes)
+    draw = np.repeat(np.arange(n_boot), sizes)
+    # each drawn method is a run of consecutive positions: number them over all resamples
+    lengths = np.fromiter((len(q) for p in parts for q in p), int)
+    part = np.repeat(np.arange(len(lengths)), lengths)
+    key = part * (int(cell.max(initial=0)) + 1) + cell[idx]
+    _, first, inverse, counts = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
+    order = np.lexsort((np.arange(len(key)), first[inverse]))  # strata in drawing order, members in order
+    starts = first[np.argsort(first)]  # each stratum's first position, in drawing order
+    size = counts[np.argsort(first)]
+    offsets = np.cumsum(size) - size
+    rho = np.full(len(size), np.nan)
+    for m in np.unique(size[size >= 3]):
+        which = np.flatnonzero(size == m)
+        pos = order[offsets[which][:, None] + np.arange(m)]
+        rho[which] = _rows_spearman(x[idx[pos]], yb[pos])
+    stratum_draw = draw[starts]
+    rank = np.arange(len(size)) - np.searchsorted(stratum_draw, stratum_draw)
+    total, weight = np.zeros(n_boot), np.zeros(n_boot)
+    for j in range(int(rank.max(initial=-1)) + 1):
+        at = rank == j
+        ok = np.isfinite(rho[at]) & (size[at] >= 3)
+        b = stratum_draw[at][ok]
+        total[b] += size[at][ok] * rho[at][ok]
+        weight[b] += size[at][ok]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(weight > 0, total / weight, np.nan)
+
+
 def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], groups: Sequence,
                         n_boot: int = 2000, level: float = 0.95, seed: int = 0,
                         cells: Sequence | None = None) -> dict:
@@ -326,13 +361,7 @@ def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]]
     ys = np.array([v.mean() for v in runs])
     rho = float(_stratified(x, ys, members)[0])
     sizes, idx, yb, parts = _resampled(runs, n_boot, seed, groups)
-    ends = np.cumsum(sizes)
-    draws = []
-    for m, e, p in zip(sizes, ends, parts):
-        drawn = cell[idx[e - m:e]]  # each drawn method's positions, split by cell
-        within = [q[drawn[q] == c] for q in p for c in dict.fromkeys(drawn[q])]
-        draws.append(float(_stratified(x[idx[e - m:e]], yb[e - m:e], within)[0]))
-    low, high, degenerate = _interval(draws, level)
+    low, high, degenerate = _interval(_within_draws(x, yb, sizes, idx, parts, cell), level)
     return {"rho": rho, "low": low, "high": high, "n": len(x), "n_groups": len(set(groups)),
             "per_group": {c: (spearman(x[m], ys[m]), len(m)) for c, m in zip(labels, members)},
             "n_degenerate": degenerate}

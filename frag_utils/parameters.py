@@ -8,6 +8,9 @@
 from __future__ import annotations
 
 import ast
+import copy
+import functools
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -37,8 +40,16 @@ def resolve_notebook(name: str) -> Path:
 def declared_parameters(notebook: Path) -> dict[str, dict]:
     """The notebook's parameters: ``{name: {"type": "int"|..., "default": value}}``.
 
-    Read from the cell tagged ``parameters``, which holds annotated literals only.
+    Read from the cell tagged ``parameters``, which holds annotated literals only; parsed once per
+    notebook content (planning a profile's grid asks for each run's notebook).
     """
+    text = Path(notebook).read_text()
+    return copy.deepcopy(_declared(Path(notebook), hashlib.sha256(text.encode()).hexdigest()))
+
+
+@functools.lru_cache(maxsize=64)
+def _declared(notebook: Path, content: str) -> dict[str, dict]:
+    """:func:`declared_parameters` of ``notebook`` as it reads with the sha256 ``content``."""
     import papermill
 
     params = papermill.inspect_notebook(str(notebook))

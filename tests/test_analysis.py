@@ -486,10 +486,11 @@ def test_the_vectorised_bootstrap_equals_the_resample_by_resample_definition():
     shared by the predictors) is the same to rounding, for ρ, the gap and the stratified ρ."""
     rng = np.random.default_rng(0)
     groups = np.repeat(list("ABCD"), [2, 4, 3, 5])
+    splits = np.array([0, 1] * 7)  # each method's checkpoints on two forget splits: the within-ρ's cells
     a, b = rng.normal(size=14), rng.normal(size=14)
     y = [rng.normal(size=k) for k in rng.integers(1, 4, 14)]  # one to three attack seeds each
     draw, members = np.random.default_rng(9), [np.flatnonzero(groups == g) for g in "ABCD"]
-    rho_a, rho_b, within = [], [], []
+    rho_a, rho_b, within, within_cells = [], [], [], []
     for _ in range(300):
         picks = [members[k][draw.integers(0, len(members[k]), len(members[k]))] for k in draw.integers(0, 4, 4)]
         idx = np.concatenate(picks)
@@ -502,6 +503,12 @@ def test_the_vectorised_bootstrap_equals_the_resample_by_resample_definition():
                for p, e in zip(picks, ends) if len(p) >= 3]
         per = [(r, w) for r, w in per if np.isfinite(r)]
         within.append(sum(r * w for r, w in per) / sum(w for _, w in per) if per else np.nan)
+        # with cells: each drawn method's checkpoints of one split are a stratum of their own
+        strata = [(a[idx][e - len(p):e][splits[p] == s], ys[e - len(p):e][splits[p] == s])
+                  for p, e in zip(picks, ends) for s in (0, 1)]
+        per = [(stats.spearmanr(xs, yv).statistic, len(xs)) for xs, yv in strata if len(xs) >= 3]
+        per = [(r, w) for r, w in per if np.isfinite(r)]
+        within_cells.append(sum(r * w for r, w in per) / sum(w for _, w in per) if per else np.nan)
 
     def interval(values):
         values = np.asarray(values)
@@ -513,6 +520,10 @@ def test_the_vectorised_bootstrap_equals_the_resample_by_resample_definition():
     assert np.allclose([res["low"], res["high"]], interval(rho_a), atol=1e-12)
     assert np.allclose([gap["low"], gap["high"]], interval(np.subtract(rho_b, rho_a)), atol=1e-12)
     assert np.allclose([strat["low"], strat["high"]], interval(within), atol=1e-12)
+    cells = [f"{g}{s}" for g, s in zip(groups, splits)]
+    by_split = A.stratified_spearman(a, y, groups, n_boot=300, seed=9, cells=cells)
+    assert np.allclose([by_split["low"], by_split["high"]], interval(within_cells), atol=1e-12)
+    assert not np.allclose([by_split["low"], by_split["high"]], [strat["low"], strat["high"]])  # the cells matter
 
 
 def test_equal_seeds_are_an_equal_mean_and_nothing_left_is_no_rho():
