@@ -72,6 +72,12 @@ def summary() -> str:
             v = fa["attack_over_frag_cached"]
             rows.append(f"| the same against the comparison alone (calibration made, in-process) | {v:.0f}x | "
                         f">= 100x | {'yes' if v >= 100 else 'no'} |")
+    cs = load("collect_speed")
+    if cs:
+        rows.append(f"| the frontier's within-method interval ({cs['checkpoints']} checkpoints, {cs['n_boot']} "
+                    f"resamples), strata scored together / one at a time (identical draws: "
+                    f"{'yes' if cs['identical'] else 'NO'}) | {cs['today_over_loop']:.3f}x | <= 0.1x | "
+                    f"{'yes' if cs['identical'] and cs['today_over_loop'] <= 0.1 else 'no'} |")
     tt = load("train_throughput")
     if tt:
         rows.append(f"| bare PyTorch loop / attack loop, tokens per second | {tt['bare_over_trainer']:.2f}x | "
