@@ -310,8 +310,8 @@ def _within_draws(x: np.ndarray, yb: np.ndarray, sizes: np.ndarray, idx: np.ndar
     key = part * (int(cell.max(initial=0)) + 1) + cell[idx]
     _, first, inverse, counts = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
     order = np.lexsort((np.arange(len(key)), first[inverse]))  # strata in drawing order, members in order
-    starts = first[np.argsort(first)]  # each stratum's first position, in drawing order
-    size = counts[np.argsort(first)]
+    in_order = np.argsort(first)
+    starts, size = first[in_order], counts[in_order]  # each stratum's first position and size, in drawing order
     offsets = np.cumsum(size) - size
     rho = np.full(len(size), np.nan)
     for m in np.unique(size[size >= 3]):
@@ -323,7 +323,7 @@ def _within_draws(x: np.ndarray, yb: np.ndarray, sizes: np.ndarray, idx: np.ndar
     total, weight = np.zeros(n_boot), np.zeros(n_boot)
     for j in range(int(rank.max(initial=-1)) + 1):
         at = rank == j
-        ok = np.isfinite(rho[at]) & (size[at] >= 3)
+        ok = np.isfinite(rho[at])  # a stratum of fewer than 3 has no ρ (NaN)
         b = stratum_draw[at][ok]
         total[b] += size[at][ok] * rho[at][ok]
         weight[b] += size[at][ok]
