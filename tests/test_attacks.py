@@ -249,6 +249,31 @@ def test_work_folder_of_another_attack_is_refused(tokenizer, forget, unlearned, 
     assert summary["resumed_from"] is None and not (tmp_path / "checkpoint-2" / "marker").exists()
 
 
+def test_a_horizon_runs_first_epoch_is_the_one_epoch_attack(tokenizer, forget, unlearned, tmp_path):
+    """The paper's horizon table reads its "1 ep" row off a longer run: that is the protocol's attack
+    only if the first epoch's data order and rate (warmup over it, the reference) do not depend on
+    how many epochs follow. The 3-epoch run's epoch-1 evaluation equals the 1-epoch attack's."""
+    _, model = unlearned
+    records = A.attack_records("synthetic", "forget10", "forget_retain")[:16]
+    cfg = {**FAST, "warmup_epochs": 1.0}
+
+    def evaluate(m):
+        return {"es": _es(m, tokenizer, forget)}
+
+    one, one_summary = A.relearn(copy.deepcopy(model).requires_grad_(True), tokenizer, records,
+                                 A.AttackConfig(data="forget_retain", epochs=1, **cfg), tmp_path / "one",
+                                 evaluate=evaluate)
+    _, long_summary = A.relearn(copy.deepcopy(model).requires_grad_(True), tokenizer, records,
+                                A.AttackConfig(data="forget_retain", epochs=3, **cfg), tmp_path / "three",
+                                evaluate=evaluate, eval_epochs=[1, 3])
+    steps = one_summary["global_steps"]
+    assert steps == long_summary["steps_per_epoch"] == 4
+    assert long_summary["lr_per_step"][:steps] == one_summary["lr_per_step"]
+    assert long_summary["lr_per_step"][steps] == pytest.approx(cfg["lr"])  # the peak once warmup ends
+    assert sorted(long_summary["epochs"]) == [1, 3]
+    assert long_summary["epochs"][1]["es"] == one_summary["epochs"][1]["es"] == _es(one, tokenizer, forget)
+
+
 def test_eval_epochs_outside_the_run_are_refused(tokenizer, forget, unlearned, tmp_path):
     _, model = unlearned
     with pytest.raises(ValueError, match="outside the attack's epochs"):
