@@ -131,6 +131,24 @@ def validate_records(records: list, config: str, where: str) -> list[dict]:
     return records
 
 
+def load_refusals(path: str | Path | None = None) -> list[str]:
+    """The "I don't know" answers IdkDPO prefers over a forget answer: one per non-empty line.
+
+    Args:
+        path: a text file (default :data:`frag_utils.paths.REFUSALS_FILE`, the committed set).
+    Raises:
+        DataError: the file is missing or holds fewer than two answers.
+    """
+    file = Path(path).expanduser() if path else paths.REFUSALS_FILE
+    if not file.is_file():
+        raise DataError(f"Refusal file '{file}' does not exist: IdkDPO needs one answer per line "
+                        f"(the committed set is {paths.REFUSALS_FILE}).")
+    answers = [line.strip() for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+    if len(answers) < 2:
+        raise DataError(f"Refusal file '{file}' holds {len(answers)} answer(s); IdkDPO draws from at least two.")
+    return answers
+
+
 def load_split(source: str, config: str, limit: int | None = None) -> list[dict]:
     """Load one TOFU config as a list of records.
 

@@ -129,7 +129,7 @@ def load_params_file(path: str | Path) -> list[dict]:
     return runs
 
 
-_GRADIENT = ("ga", "graddiff", "npo", "rmu")
+_GRADIENT = ("ga", "graddiff", "npo", "rmu", "simnpo", "idkdpo", "undial", "wga")  # unlearn.METHODS (a test holds it)
 
 
 def _methods(*names: str):
@@ -153,7 +153,8 @@ APPLIES = {
         "frp_veto": _frp("released"), "frp_beta": _frp("eq6"),
         "sp_variant": _methods("sp"), "match_l2_run": _methods("sp", "noise"), "noise_scale": _methods("noise"),
         **{k: _methods(*_GRADIENT) for k in ("lr", "epochs", "batch_size", "grad_accum", "warmup_epochs", "bf16")},
-        "npo_beta": _methods("npo"),
+        "npo_beta": _methods("npo"), "simnpo_beta": _methods("simnpo"), "simnpo_delta": _methods("simnpo"),
+        "dpo_beta": _methods("idkdpo"), "undial_beta": _methods("undial"), "wga_beta": _methods("wga"),
         **{k: _methods("rmu") for k in ("rmu_layer", "rmu_coeff", "rmu_alpha", "rmu_trainable")},
     },
     "06_attacks": {

@@ -15,6 +15,7 @@ REPO_ROOT = PACKAGE_DIR.parent
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
 DATA_DIR = REPO_ROOT / "data"
 SYNTHETIC_DIR = DATA_DIR / "synthetic"
+REFUSALS_FILE = DATA_DIR / "refusals" / "idk.txt"  # IdkDPO's preferred answers, one per line
 # Where run records and figures are written: the repository's folders, or others named by
 # FRAG_RUNS_DIR / FRAG_FIGURES_DIR (the paper dry run writes its records outside the repository;
 # the kernels it starts inherit the variables). Parameter files are always the repository's.
