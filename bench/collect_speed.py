@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from frag_utils import analysis, collect  # noqa: E402
+from frag_utils.report import analysis, collect  # noqa: E402
 
 from _common import machine, timed  # noqa: E402
 

@@ -10,7 +10,8 @@ artefact stale: a rerun remakes it instead of handing back what the old code mad
 with the kernels capped at AVX2 on a cache an AVX-512 run made. The thread count is not in the key:
 two jobs side by side (one thread each) read the checkpoints one job (two threads) made, and
 their records land within the tolerance file, not bit for bit (docs/reproducibility.md).
-Editing the runner, a table or the command line (:data:`NOT_COMPUTING`) does not.
+Editing the runner or the command line (:data:`NOT_COMPUTING`), or a table or figure (the
+reporting layer, :data:`REPORTING`), does not.
 
 A cached checkpoint keeps its key, and what the key was computed from, in its ``frag_record.json``
 (:func:`checkpoint`), so the runner can tell whether it is still current (:func:`is_current`)
@@ -28,21 +29,23 @@ from typing import Any, Callable
 
 from . import paths
 
-# Modules that plan, run, collect or report what the others compute: no cached artefact depends on
-# their code, so editing a table, the runner or the command line keeps every cache (a grid that
-# runs for sessions survives the work beside it). ``tests/test_cache.py`` holds that no other
-# module imports one of them; a new module counts as computing until it is named here.
-NOT_COMPUTING = frozenset({"__main__", "analysis", "cli", "collect", "costs", "drift", "dryrun", "launch",
-                           "parameters", "plots", "readme", "runs", "tables"})
+# Modules that plan or run what the others compute, and the reporting layer (a subpackage of
+# tables, statistics and figures): no cached artefact depends on their code, so editing a table,
+# the runner or the command line keeps every cache (a grid that runs for sessions survives the work
+# beside it). ``tests/test_cache.py`` holds that no other module imports one of them; a new
+# top-level module counts as computing until it is named here, a module under REPORTING never does.
+NOT_COMPUTING = frozenset({"__main__", "cli", "costs", "drift", "dryrun", "launch", "parameters", "readme", "runs"})
+REPORTING = "report"
 
 
 @lru_cache(maxsize=1)
 def source_hash() -> str:
-    """sha256 of the package's computing code: every ``frag_utils/*.py`` (names and bytes) but
-    :data:`NOT_COMPUTING`, read once per process."""
+    """sha256 of the package's computing code: every ``frag_utils/**.py`` (names and bytes) but
+    :data:`NOT_COMPUTING` and the :data:`REPORTING` subpackage, read once per process."""
     digest = hashlib.sha256()
     for f in sorted(paths.PACKAGE_DIR.rglob("*.py")):
-        if f.parent == paths.PACKAGE_DIR and f.stem in NOT_COMPUTING:
+        part = f.relative_to(paths.PACKAGE_DIR).parts
+        if (f.parent == paths.PACKAGE_DIR and f.stem in NOT_COMPUTING) or part[0] == REPORTING:
             continue
         digest.update(f"{f.relative_to(paths.PACKAGE_DIR)}\0".encode())
         digest.update(f.read_bytes())

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import math
 
-from frag_utils import collect, drift
+from frag_utils import drift
+from frag_utils.report import collect
 
 
 def main() -> None:

@@ -2,14 +2,14 @@
 
     python scripts/plan_attack_variants.py [--profile smol]
 
-For each split of frag_utils.collect.VARIANT_SPLITS, the attacks of the paper's appendix tables
+For each split of frag_utils.report.collect.VARIANT_SPLITS, the attacks of the paper's appendix tables
 (learning rate, optimizer, attack data, horizon) and a LoRA attack, each one change of the grid's
-forget+retain attack (frag_utils.collect.ATTACK_VARIANTS), one file per family
+forget+retain attack (frag_utils.report.collect.ATTACK_VARIANTS), one file per family
 (06_attacks.<family>_<split>.yaml), at seeds 42 and 1, on the split's gold
 model and on one healthy frontier checkpoint per method at matched utility (the one whose Model
 Utility, as a fraction of the target's, is nearest the median of the split's healthy checkpoints:
-frag_utils.collect.Collection.variant_checkpoints); multiple choice on the target itself too, in a
-file of its own (frag_utils.collect.MC_TARGET). Chosen from the unlearning records alone, before
+frag_utils.report.collect.Collection.variant_checkpoints); multiple choice on the target itself too, in a
+file of its own (frag_utils.report.collect.MC_TARGET). Chosen from the unlearning records alone, before
 any variant is run, and only once every frontier unlearning run of the split is recorded (a later
 record could move the median and so the choice). A file once written is not rewritten with other
 entries: its runs would drop out of the tables (delete it, and its records, to plan anew).
@@ -20,11 +20,11 @@ import argparse
 
 import yaml
 
-from frag_utils import collect
+from frag_utils.report import collect
 
 HEADER = """# {profile}: the attack variants of family {family} on {split} (issue 42), written by
 # scripts/plan_attack_variants.py from the unlearning records: each one change of the grid's
-# forget+retain attack (06_attacks.table1.yaml's first entry; frag_utils.collect.ATTACK_VARIANTS), on
+# forget+retain attack (06_attacks.table1.yaml's first entry; frag_utils.report.collect.ATTACK_VARIANTS), on
 {chosen}# at seed 42 for every checkpoint, then at seed 1. Do not edit by hand.
 """
 

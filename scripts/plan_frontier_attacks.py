@@ -3,7 +3,7 @@
     python scripts/plan_frontier_attacks.py [--profile smol]
 
 For each split of 05_unlearn.frontier.yaml, every recorded checkpoint that forgets and is healthy
-by either rule of docs/choices.md ("The healthy frontier"; frag_utils.analysis.healthy_by_rule) gets
+by either rule of docs/choices.md ("The healthy frontier"; frag_utils.report.analysis.healthy_by_rule) gets
 the faithful grid's forget+retain attack at seeds 42 and 1, in
 papermill_runs/params/<profile>/06_attacks.frontier_<split>.yaml, and a place in the split's one
 notebook-07 run (the loss barrier along the line from the target, and FRAG with each importance
@@ -18,7 +18,7 @@ import argparse
 
 import yaml
 
-from frag_utils import collect
+from frag_utils.report import collect
 
 HEADER = """# {profile}: the healthy frontier's relearning attacks on {split} (issue 39), written by
 # scripts/plan_frontier_attacks.py from the records of 05_unlearn.frontier.yaml: every checkpoint that

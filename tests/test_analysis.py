@@ -3,7 +3,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from frag_utils import analysis as A
+from frag_utils.report import analysis as A
 
 
 def _slow_spearman(x, y):

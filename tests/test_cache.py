@@ -64,7 +64,7 @@ def test_the_source_hash_sees_an_edited_loss_and_not_an_edited_table(tmp_path, m
     monkeypatch.setattr(paths, "PACKAGE_DIR", copy)
     try:
         before = cache.source_hash()
-        tables = copy / "tables.py"
+        tables = copy / cache.REPORTING / "tables.py"
         tables.write_text(tables.read_text() + "\n# a table changed\n")
         cache.source_hash.cache_clear()
         assert cache.source_hash() == before
@@ -79,9 +79,12 @@ def test_the_source_hash_sees_an_edited_loss_and_not_an_edited_table(tmp_path, m
 def test_no_computing_module_imports_one_left_out_of_the_source_hash():
     """A module left out of the hash must not decide a cached number: no module inside the hash
     imports it (else an edit of it would change a result and keep the stale cache)."""
-    for module, imported in _package_imports().items():
-        if module not in cache.NOT_COMPUTING:
-            assert not imported & cache.NOT_COMPUTING, (module, sorted(imported & cache.NOT_COMPUTING))
+    outside = cache.NOT_COMPUTING | {cache.REPORTING}
+    graph = _package_imports()
+    for module, imported in graph.items():
+        if module not in outside:
+            assert not imported & outside, (module, sorted(imported & outside))
+    assert graph[cache.REPORTING] >= {"paths", "records", "runs"}  # the subpackage's own imports are seen
     assert {f.stem for f in paths.PACKAGE_DIR.glob("*.py")} >= cache.NOT_COMPUTING  # no stale names
 
 
@@ -101,21 +104,43 @@ def test_the_package_modules_import_one_another_without_a_circle():
 
 
 def _package_imports() -> dict[str, set[str]]:
-    """module -> the package's modules it imports, anywhere in its source."""
+    """module -> the package's modules it imports, anywhere in its source; the reporting subpackage
+    (``report``, every file of it) is one module."""
     import ast
 
-    stems = {f.stem for f in paths.PACKAGE_DIR.glob("*.py")}
-    graph = {}
-    for f in sorted(paths.PACKAGE_DIR.glob("*.py")):
+    stems = {f.stem for f in paths.PACKAGE_DIR.glob("*.py")} | {cache.REPORTING}
+    graph: dict[str, set[str]] = {}
+    files = [(f.stem, f, 1) for f in sorted(paths.PACKAGE_DIR.glob("*.py"))]
+    files += [(cache.REPORTING, f, 2) for f in sorted((paths.PACKAGE_DIR / cache.REPORTING).glob("*.py"))]
+    for name, f, top in files:  # top: the relative level that names the package itself
         imported = set()
         for node in ast.walk(ast.parse(f.read_text())):
-            if isinstance(node, ast.ImportFrom) and (node.level == 1 or (node.module or "").startswith("frag_utils")):
-                inside = (node.module or "").removeprefix("frag_utils").lstrip(".")
+            if isinstance(node, ast.ImportFrom) and (node.level == top or (node.module or "").startswith("frag_utils")):
+                inside = (node.module or "").removeprefix("frag_utils").lstrip(".") if node.level != 1 or top == 1 \
+                    else ""
                 imported |= {inside.split(".")[0]} if inside else {a.name for a in node.names}
             elif isinstance(node, ast.Import):
                 imported |= {a.name.split(".")[1] for a in node.names if a.name.startswith("frag_utils.")}
-        graph[f.stem] = (imported & stems) - {f.stem}
+        graph[name] = graph.get(name, set()) | ((imported & stems) - {name})
     return graph
+
+
+def test_the_reporting_subpackage_is_outside_the_hash(tmp_path, monkeypatch):
+    copy = tmp_path / "frag_utils"
+    shutil.copytree(paths.PACKAGE_DIR, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    cache.source_hash.cache_clear()
+    monkeypatch.setattr(paths, "PACKAGE_DIR", copy)
+    try:
+        before = cache.source_hash()
+        (copy / cache.REPORTING / "new_table.py").write_text("TABLE = 1\n")
+        cache.source_hash.cache_clear()
+        assert cache.source_hash() == before
+        (copy / "new_loss.py").write_text("LOSS = 1\n")  # a new top-level module counts
+        cache.source_hash.cache_clear()
+        assert cache.source_hash() != before
+    finally:
+        cache.source_hash.cache_clear()
+
 
 def test_a_checkpoint_made_from_an_input_that_was_made_again_is_not_current(tmp_path, monkeypatch):
     monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path))

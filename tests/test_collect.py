@@ -1,4 +1,4 @@
-"""Notebook 09's collection of records (frag_utils.collect), checked against the committed smol
+"""Notebook 09's collection of records (frag_utils.report.collect), checked against the committed smol
 records of the faithful grid read the slow way (json files, one by one), and on a copy of them
 where a record is changed the way a redo or a user's rerun changes it."""
 import json
@@ -8,7 +8,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from frag_utils import collect, parameters, paths
+from frag_utils import parameters, paths
+from frag_utils.report import collect
 
 PARAMS = paths.PARAMS_DIR / "smol"
 NPO = "smol.table1__forget_split=forget10__grad_accum=1__lr=5e-05__method=npo__weights=bf16"
@@ -117,7 +118,7 @@ def test_table3_takes_the_papers_five_methods_and_the_extended_set_leaves_out_go
 
 
 def test_the_share_recovered_is_each_seeds_delta_over_what_was_forgotten_read_from_the_records(smol):
-    from frag_utils import analysis
+    from frag_utils.report import analysis
 
     t1 = smol.table1(n_boot=20)
     chosen = t1["table3_checkpoints"]
@@ -189,7 +190,7 @@ def test_a_rerun_with_other_parameters_is_the_users_and_a_copy_of_a_grid_run_is_
 
 
 def test_a_seed_repeat_must_be_the_same_attack_at_a_new_seed():
-    from frag_utils.collect import _same_attack_but_the_seed
+    from frag_utils.report.collect import _same_attack_but_the_seed
 
     def rec(run, seed, lr=2e-4, unlearned="u"):
         return {"run": run, "provenance": {"params": {"run_name": run, "unlearned_run": unlearned, "seed": seed,
@@ -328,7 +329,8 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
                                                                                        monkeypatch):
     """The healthy rules read off each checkpoint's record by hand, the attack plan holds exactly the
     healthy ones at both seeds, and the collected table sets each checkpoint's seeds beside it."""
-    from frag_utils import analysis, metrics, runs
+    from frag_utils import metrics, runs
+    from frag_utils.report import analysis
 
     params = tmp_path / "params"
     shutil.copytree(paths.PARAMS_DIR, params)
@@ -410,7 +412,7 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
     assert rec.rho == pytest.approx(analysis.spearman([l2[n] for n in deltas], [share[n] for n in deltas]))
     parts = out["frontier_utility_parts"]
     assert parts.model.iloc[0] == "target" and len(parts) == 1 + len(cases)
-    from frag_utils import plots
+    from frag_utils.report import plots
 
     fig = plots.frontier_panels(out["frontier_models"], t3)  # a row per rule, a panel per predictor
     assert len(fig.axes) == 2 * len(analysis.PAPER_TABLE3_PREDICTORS)
@@ -691,7 +693,8 @@ def test_table3s_checkpoints_get_the_barrier_and_each_importance_term_from_their
     forget10 file scores the five forget10 checkpoints (activation: the 05 record's FRAG; fisher: its
     negative); the ρ against each checkpoint's mean ΔES over its seeds, computed here from the 06
     records, and the barrier table, read slowly."""
-    from frag_utils import analysis, runs
+    from frag_utils import runs
+    from frag_utils.report import analysis
 
     grid = collect.Collection("smol")
     checkpoints = grid.table1(n_boot=20)["table3_checkpoints"]

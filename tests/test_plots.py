@@ -2,7 +2,7 @@ import io
 
 import pandas as pd
 
-from frag_utils import plots
+from frag_utils.report import plots
 
 
 def _png(fig) -> bytes:
@@ -12,7 +12,7 @@ def _png(fig) -> bytes:
 
 
 def _table3():
-    from frag_utils import analysis, tables
+    from frag_utils.report import analysis, tables
 
     rows = []
     for weights in ("bf16", "fp32"):

@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from frag_utils import tables
+from frag_utils.report import tables
 
 
 def _rows(skip=()):
@@ -85,7 +85,7 @@ def test_attack_rows_take_the_precision_and_label_from_the_unlearned_run():
 
 
 def test_seed_repeats_turn_each_checkpoint_delta_into_its_list_of_seeds_and_widen_nothing_else():
-    from frag_utils import analysis
+    from frag_utils.report import analysis
 
     chosen = pd.DataFrame({"unlearned_run": ["a", "b", "c", "d"], "attack_data": "forget_retain",
                            "method": ["npo", "rmu", "sp", "frp"], "l2_all": [1.0, 2.0, 3.0, 4.0],

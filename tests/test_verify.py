@@ -111,7 +111,7 @@ def test_the_tolerance_file_covers_the_recorded_spread():
     attack seeds of a Table 3 checkpoint, each evaluation number over the target's training seeds
     (once two or more of them are recorded), and ES before and after the attack and ΔES between a
     checkpoint and its twin from the seed-43 target."""
-    from frag_utils import collect
+    from frag_utils.report import collect
 
     tolerance = drift.load_tolerance()
     grid = collect.Collection("smol")

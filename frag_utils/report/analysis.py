@@ -482,7 +482,7 @@ def authors_table3() -> pd.DataFrame:
         (``l2``, ``frag_gap``, ``cos_f``, ``cos_r``, ``frag_printed``) and source: ``rho``, ``n``,
         ``source`` (``data/reference/README.md`` names each).
     """
-    from .paths import DATA_DIR
+    from ..paths import DATA_DIR
 
     table = pd.read_csv(DATA_DIR / "reference" / "authors_table3.csv")
     if tuple(table.columns) != AUTHORS_TABLE3:
@@ -534,7 +534,7 @@ PLANNED_CHECKPOINTS = {"all": 15, "w/o FRP": 12}
 def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16", n_boot: int = 2000,
            planned: dict[str, int] | None = None) -> pd.DataFrame:
     """The paper's Table 3 claims one per row, from this repository's Table 3 of one precision
-    (:meth:`frag_utils.collect.Collection.table1`'s ``table3_by_precision`` and its checkpoints,
+    (:meth:`frag_utils.report.collect.Collection.table1`'s ``table3_by_precision`` and its checkpoints,
     ``delta_es`` a list of seeds each): what the paper prints at 1B, what the authors' recomputation
     from their checkpoints gives at 1B (their ``docs/REPRODUCE.md``), this repository's ρ with its
     interval, and a verdict read off the interval alone, never set by hand.
@@ -653,7 +653,7 @@ _ATTACK_NAMES = {"retain": "retain", "forget": "forget", "forget_retain": "forge
 def paper_table1() -> pd.DataFrame:
     """The paper's Table 1 at Llama-3.2-1B (``data/reference/paper_table1.csv``): per method and
     attack (``none`` for the unlearned model), forget ES, ΔES and Model Utility."""
-    from .paths import DATA_DIR
+    from ..paths import DATA_DIR
 
     table = pd.read_csv(DATA_DIR / "reference" / "paper_table1.csv")
     if tuple(table.columns) != PAPER_TABLE1:
@@ -670,7 +670,7 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
                   min_utility_fraction: float = 0.5, seed_spread: float = float("nan")) -> pd.DataFrame:
     """The paper's Table 1 claim, "FRP achieves the lowest post-attack ES/ΔES", one row per attack:
     FRP (P 0) against the lowest of the baselines (GA, GradDiff, NPO, RMU, SP), forget ES after the
-    attack and ΔES, in the paper at 1B and here (``table1``: :func:`frag_utils.tables.table1`,
+    attack and ΔES, in the paper at 1B and here (``table1``: :func:`frag_utils.report.tables.table1`,
     averaged over the three splits, each attack at the mean over its seeds: a few, so no
     interval). The paper's premise is that "a
     utility-collapsed model is not meaningfully robust": the verdict names FRP and the baselines it
@@ -746,7 +746,7 @@ def utility_without(parts: dict[str, float], drop: Sequence[str] = (FRAGILE_PART
     Raises:
         ValueError: a part of :data:`UTILITY_PARTS` is missing from ``parts``.
     """
-    from .metrics import harmonic_mean
+    from ..metrics import harmonic_mean
 
     missing = [k for k in UTILITY_PARTS if k not in parts]
     if missing:

@@ -41,7 +41,7 @@ def table3_panels(checkpoints: pd.DataFrame, table: pd.DataFrame, subset: str = 
     Each checkpoint (``checkpoints``: ``weights``, ``model``, ``forget_split``, the predictors, and
     ``delta_es`` as the list of its attack seeds) is a labelled marker at its mean ΔES, its seeds
     faint dots above and below; the title gives ρ over ``subset`` with its interval (``table``:
-    :func:`frag_utils.analysis.paper_table3` rows with a ``weights`` column)."""
+    :func:`frag_utils.report.analysis.paper_table3` rows with a ``weights`` column)."""
     plt, sns = _pyplot()
     precisions = list(dict.fromkeys(checkpoints.weights))
     predictors = analysis.PAPER_TABLE3_PREDICTORS
@@ -151,7 +151,7 @@ def close(fig: Any) -> None:
 
 def frontier_panels(models: pd.DataFrame, table: pd.DataFrame) -> Any:
     """The healthy frontier as :func:`table3_panels`: a row per healthy rule, the attacked
-    checkpoints healthy by it (``models``: :meth:`frag_utils.collect.Collection.frontier`'s
+    checkpoints healthy by it (``models``: :meth:`frag_utils.report.collect.Collection.frontier`'s
     ``frontier_models``), ρ over all of them in each panel's title (``table``: its
     ``frontier_table3``)."""
     label = {rule: f"healthy ({rule})" for rule in analysis.HEALTHY_RULES}

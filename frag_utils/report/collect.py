@@ -5,8 +5,8 @@ tables byte for byte).
 :class:`Collection` reads every complete ``results.json`` of a profile under ``papermill_runs/``
 once; each method returns one table (a ``DataFrame``) and notes the runs it came from in
 ``sources``, which :meth:`Collection.write` puts in each table's provenance. The pure functions
-of rows (the paper's Table 1 layout) live in :mod:`frag_utils.tables`, the statistics in
-:mod:`frag_utils.analysis`, the figures in :mod:`frag_utils.plots`.
+of rows (the paper's Table 1 layout) live in :mod:`frag_utils.report.tables`, the statistics in
+:mod:`frag_utils.report.analysis`, the figures in :mod:`frag_utils.report.plots`.
 """
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from . import analysis, drift, parameters, paths, records, runs, tables
+from .. import drift, parameters, paths, records, runs
+from . import analysis, tables
 
 # the faithful grid's parameter files (issue 29): its models, their attacks, the seed repeats
 GRID_05, GRID_06, SEEDS_06 = "05_unlearn.table1.yaml", "06_attacks.table1.yaml", "06_attacks.table1_seeds.yaml"
@@ -327,8 +328,8 @@ class Collection:
         attack at least ``min_utility_fraction`` of the target's; GA and FRP with veto P 0.15
         included). The forget+retain attacks that ``06_attacks.table1_seeds.yaml`` repeats at other
         seeds enter Table 3 and the extended set as lists of ΔES, so that their intervals carry the
-        seed noise (:func:`frag_utils.analysis.bootstrap_spearman`); Table 1 stays at the reference
-        seed 42. Its claims (:func:`frag_utils.analysis.table1_claims`) take each attack's mean over
+        seed noise (:func:`frag_utils.report.analysis.bootstrap_spearman`); Table 1 stays at the reference
+        seed 42. Its claims (:func:`frag_utils.report.analysis.table1_claims`) take each attack's mean over
         its seeds where :data:`MARGIN_SEEDS_06` repeats it, and say how many seeds FRP's rows have."""
         specs = self.planned("06_attacks", self.grid_06)
         found = self.attacks_of_file(self.grid_06)
