@@ -76,7 +76,8 @@ def test_no_issue_numbers_in_pages(page):
 @pytest.mark.parametrize("notebook", _notebooks(), ids=lambda p: p.name)
 def test_no_issue_numbers_in_notebook_markdown(notebook):
     if notebook.name in NOTEBOOKS_NOT_YET_CLEAN:
-        pytest.skip(f"TODO: {notebook.name}'s markdown is being rewritten on another branch; remove the skip after merging")
+        pytest.skip(f"TODO: {notebook.name}'s markdown is being rewritten on another branch; "
+                    "remove the skip after merging")
     hits = sorted(set(m.group(0) for m in ISSUE.finditer(_markdown_cells(notebook))))
     assert not hits, f"{notebook.name}'s markdown names internal work items {hits}"
 
