@@ -31,7 +31,7 @@ BLOCKS = {
 }
 
 # Glob patterns, relative to the repository, of the Markdown files that may hold blocks.
-DOCUMENTS = ("README.md", "docs/*.md", "bench/README.md")
+DOCUMENTS = ("README.md", "docs/*.md", "docs/results/*.md", "bench/README.md")
 MARKER = re.compile(r"<!-- (BEGIN|END) ([^ ]+) -->")
 
 

@@ -1,0 +1,106 @@
+"""What a reader sees stays navigable: no internal work-item numbers, and every relative link and
+``#anchor`` in README.md and docs/**/*.md reaches a file and a section."""
+import json
+import re
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+from frag_utils import paths
+
+ROOT = paths.REPO_ROOT.resolve()
+# An internal work item named in prose or in an anchor: "issue 39", "Issue 27's", "#...-issue-43".
+ISSUE = re.compile(r"\bissue[\s_-]*#?\d+", re.I)
+LINK = re.compile(r"\]\(<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\)")
+FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
+# TODO(results-pages): remove 09_figures.ipynb from this set once its markdown is rewritten
+# without issue numbers (another branch is rewriting notebook 09); the skip hides only that file.
+NOTEBOOKS_NOT_YET_CLEAN = {"09_figures.ipynb"}
+
+
+def _pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def _notebooks() -> list[Path]:
+    return sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+def _markdown_cells(notebook: Path) -> str:
+    cells = json.loads(notebook.read_text())["cells"]
+    return "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+
+
+def _prose(text: str) -> str:
+    """``text`` without fenced code blocks and inline code spans (links there are not links)."""
+    return re.sub(r"`[^`\n]*`", "", FENCE.sub("", text))
+
+
+def github_anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: link text kept, lower case, punctuation other than hyphens and
+    underscores dropped, spaces to hyphens."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip())  # [text](url) -> text
+    return re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+
+
+def anchors(page: Path) -> set[str]:
+    """Every anchor GitHub gives ``page``'s headings, repeats numbered ``-1``, ``-2`` as GitHub does."""
+    found: set[str] = set()
+    text = FENCE.sub("", page.read_text())
+    for heading in re.findall(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", text, flags=re.M):
+        base = github_anchor(heading)
+        anchor, n = base, 0
+        while anchor in found:
+            n += 1
+            anchor = f"{base}-{n}"
+        found.add(anchor)
+    return found
+
+
+def test_anchor_rule_matches_github_examples():
+    assert github_anchor("Does FRAG predict recovery on the healthy frontier?") == (
+        "does-frag-predict-recovery-on-the-healthy-frontier")
+    assert github_anchor("Choices for the `smol` profile") == "choices-for-the-smol-profile"
+    assert github_anchor("The attack's precision: Table 3 and Table 1") == (
+        "the-attacks-precision-table-3-and-table-1")
+    assert github_anchor("Memory per stage (computed, not measured)") == "memory-per-stage-computed-not-measured"
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_issue_numbers_in_pages(page):
+    hits = sorted(set(m.group(0) for m in ISSUE.finditer(page.read_text())))
+    assert not hits, f"{page.relative_to(ROOT)} names internal work items {hits}: name the section by what it holds"
+
+
+@pytest.mark.parametrize("notebook", _notebooks(), ids=lambda p: p.name)
+def test_no_issue_numbers_in_notebook_markdown(notebook):
+    if notebook.name in NOTEBOOKS_NOT_YET_CLEAN:
+        pytest.skip(f"TODO: {notebook.name}'s markdown is being rewritten on another branch; "
+                    "remove the skip after merging")
+    hits = sorted(set(m.group(0) for m in ISSUE.finditer(_markdown_cells(notebook))))
+    assert not hits, f"{notebook.name}'s markdown names internal work items {hits}"
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_and_anchors_resolve(page):
+    broken = []
+    for target in LINK.findall(_prose(page.read_text())):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target, flags=re.I):  # http(s), mailto
+            continue
+        file, _, anchor = unquote(target).partition("#")
+        dest = (page.parent / file).resolve() if file else page
+        if not dest.exists():
+            broken.append(f"{target} (no such file)")
+        elif anchor and dest.suffix == ".md" and anchor not in anchors(dest):
+            broken.append(f"{target} (no section #{anchor} in {dest.relative_to(ROOT)})")
+    assert not broken, f"{page.relative_to(ROOT)}: broken links {broken}"
+
+
+def test_every_results_page_is_reachable_from_the_index_and_the_readme():
+    results = ROOT / "docs" / "results"
+    pages = set(results.glob("*.md")) - {results / "README.md"}
+    for source in (results / "README.md", ROOT / "README.md"):
+        linked = {(source.parent / unquote(t).partition("#")[0]).resolve()
+                  for t in LINK.findall(_prose(source.read_text())) if not re.match(r"[a-z]+:", t)}
+        assert pages <= linked, f"{source.relative_to(ROOT)} does not link {sorted(p.name for p in pages - linked)}"
