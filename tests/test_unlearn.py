@@ -1,11 +1,12 @@
 import copy
 import math
+import tempfile
 
 import pytest
 import torch
 from transformers import TrainerCallback
 
-from frag_utils import data, models, numerics, prompts, train
+from frag_utils import data, metrics, models, numerics, prompts, train
 from frag_utils import unlearn as U
 
 from conftest import same_weights
@@ -459,3 +460,27 @@ def test_refusal_file_errors_are_clear(tmp_path):
     (tmp_path / "one.txt").write_text("I don't know.\n\n")
     with pytest.raises(data.DataError, match="holds 1 answer"):
         data.load_refusals(tmp_path / "one.txt")
+
+
+@pytest.fixture(scope="module")
+def memorised(tokenizer):
+    """The tiny model trained until it reproduces two forget and two retain answers word for word
+    (forget ES 1.0): a toy target with something to forget, which the tiny profile's is not."""
+    forget = data.load_split("synthetic", "forget10", limit=2)
+    retain = data.load_split("synthetic", "retain90", limit=2)
+    model = models.build_tiny_model(len(tokenizer), seed=0)
+    cfg = train.TrainConfig(epochs=120, lr=1e-2, batch_size=8, grad_accum=1, warmup_epochs=0, scheduler="constant",
+                            bf16=False, seed=0)
+    with tempfile.TemporaryDirectory() as work:
+        train.finetune(model, tokenizer, forget + retain, cfg, work)
+    return model.eval().requires_grad_(False), forget, retain
+
+
+@pytest.mark.parametrize("method", U.METHODS)
+def test_every_method_lowers_the_forget_es_of_a_memorising_target(memorised, tokenizer, method, tmp_path):
+    target, forget, retain = memorised
+    assert metrics.extraction_strength(target, tokenizer, forget)["value"] == 1.0
+    cfg = U.UnlearnConfig(method, **{**FAST, **SPECIAL.get(method, {}), "epochs": 4, "lr": 5e-3})
+    model = _fresh(target)
+    _unlearn(model, tokenizer, forget, retain, cfg, tmp_path)
+    assert metrics.extraction_strength(model.eval(), tokenizer, forget)["value"] < 0.7
