@@ -1,4 +1,4 @@
-"""Write the healthy frontier's attack and ablation files from the unlearning records (issue 39).
+"""Write the healthy frontier's attack and ablation files from the unlearning records.
 
     python scripts/plan_frontier_attacks.py [--profile smol]
 
@@ -18,7 +18,8 @@ import argparse
 
 import yaml
 
-from frag_utils.report import collect
+from frag_utils.report import plans
+from frag_utils.report.recorded import FRONTIER_06, FRONTIER_07, Records
 
 HEADER = """# {profile}: the healthy frontier's relearning attacks on {split} (issue 39), written by
 # scripts/plan_frontier_attacks.py from the records of 05_unlearn.frontier.yaml: every checkpoint that
@@ -40,22 +41,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="smol")
     args = parser.parse_args()
-    grid = collect.Collection(args.profile)
-    for file in collect.FRONTIER_06:
+    rec = Records(args.profile)
+    for file in FRONTIER_06:
         split = file.split("_")[-1].split(".")[0]
-        entries = grid.frontier_attack_plan(split)
+        entries = plans.frontier_attacks(rec, split)
         if not entries:
             print(f"{file}: no healthy checkpoint on {split} recorded yet; not written")
             continue
         body = yaml.safe_dump(entries, sort_keys=False, default_flow_style=None, width=1000)  # an entry a line
         text = HEADER.format(profile=args.profile, split=split) + body
-        (grid.params_dir / file).write_text(text)
-        print(f"{file}: {len(entries)} attacks of {len(entries) // len(collect.FRONTIER_SEEDS)} checkpoints")
+        (rec.params_dir / file).write_text(text)
+        print(f"{file}: {len(entries)} attacks of {len(entries) // len(plans.FRONTIER_SEEDS)} checkpoints")
         checkpoints = list(dict.fromkeys(e["unlearned_run"] for e in entries))
-        ablation = {"profile": args.profile, **collect.FRONTIER_ABLATION, "forget_split": split,
+        ablation = {"profile": args.profile, **plans.FRONTIER_ABLATION, "forget_split": split,
                     "unlearned_runs": ",".join(checkpoints)}
-        file_07 = collect.FRONTIER_07[collect.FRONTIER_06.index(file)]
-        (grid.params_dir / file_07).write_text(HEADER_07.format(profile=args.profile, split=split)
+        file_07 = FRONTIER_07[FRONTIER_06.index(file)]
+        (rec.params_dir / file_07).write_text(HEADER_07.format(profile=args.profile, split=split)
                                                + yaml.safe_dump([ablation], sort_keys=False, width=100000))
         print(f"{file_07}: the barrier and the importance terms of {len(checkpoints)} checkpoints")
 

@@ -38,7 +38,7 @@ def attack_rows(attack_records: Sequence[dict], method_by_run: dict[str, dict],
     return pd.DataFrame(rows, columns=list(ROW_COLUMNS))
 
 
-def _mean_if_complete(values: pd.Series, n: int) -> float:
+def mean_if_complete(values: pd.Series, n: int) -> float:
     return float(values.mean()) if values.notna().sum() == n else float("nan")
 
 
@@ -56,19 +56,19 @@ def table1(rows: pd.DataFrame, splits: Sequence[str] = SPLITS, attacks: Sequence
         row: dict[str, Any] = {"weights": weights, "model": model, "method": g.method.iloc[0],
                                "splits_recorded": int(g.forget_split.nunique())}
         unlearned = g.drop_duplicates("forget_split").set_index("forget_split").reindex(list(splits))
-        row["es_before"] = _mean_if_complete(unlearned.es_before, len(splits))
-        row["mu_before"] = _mean_if_complete(unlearned.model_utility_before, len(splits))
+        row["es_before"] = mean_if_complete(unlearned.es_before, len(splits))
+        row["mu_before"] = mean_if_complete(unlearned.model_utility_before, len(splits))
         deltas = []
         for attack in attacks:
             hit = g[g.attack_data == attack].set_index("forget_split")
             if hit.index.duplicated().any():
                 raise ValueError(f"two {attack} attacks of {model} ({weights}) on one split: {list(hit.run)}")
             hit = hit.reindex(list(splits))
-            row[f"{attack}_es"] = _mean_if_complete(hit.es_after, len(splits))
-            row[f"{attack}_delta_es"] = _mean_if_complete(hit.delta_es, len(splits))
-            row[f"{attack}_mu"] = _mean_if_complete(hit.model_utility_after, len(splits))
+            row[f"{attack}_es"] = mean_if_complete(hit.es_after, len(splits))
+            row[f"{attack}_delta_es"] = mean_if_complete(hit.delta_es, len(splits))
+            row[f"{attack}_mu"] = mean_if_complete(hit.model_utility_after, len(splits))
             deltas.append(row[f"{attack}_delta_es"])
-        row["avg_delta_es"] = _mean_if_complete(pd.Series(deltas, dtype=float), len(attacks))
+        row["avg_delta_es"] = mean_if_complete(pd.Series(deltas, dtype=float), len(attacks))
         row["_order"] = order[model]
         out.append(row)
     table = pd.DataFrame(out)
