@@ -184,10 +184,30 @@ FEW_METHODS = 10
 PLANNED_CHECKPOINTS = {"all": 15, "w/o FRP": 12}
 
 
+def _l2_verdict(part: pd.DataFrame, frag: pd.Series | None, low: float, n_boot: int) -> str:
+    """The verdict of an L2 claim over the checkpoints ``part``: read off the interval of ρ(L2) −
+    ρ(FRAG) over paired resamples, supported only where FRAG's own ρ (``frag``, its Table 3 row) is
+    negative too; ``low``, the low end of L2's own interval, says whether L2 ranks in reverse."""
+    groups = list(part[GROUP_BY]) if len(part) and GROUP_BY in part else None
+    gap = {"gap": np.nan, "low": np.nan, "high": np.nan}
+    if len(part):
+        gap = bootstrap_spearman_gap(part.FRAG_x100, part.l2_all, list(part.delta_es), n_boot=n_boot, groups=groups)
+    verdict = _verdict(gap["low"], gap["high"], "supported: ρ(L2) > ρ(FRAG)", "reversed: ρ(L2) < ρ(FRAG)")
+    if verdict.startswith("supported") and frag is not None and not frag.high < 0:
+        # FRAG beating L2 means a negative FRAG ρ with L2's above it, not only L2's above FRAG's
+        verdict = ("not supported as the paper means it: ρ(L2) > ρ(FRAG) with 95 % confidence, but FRAG's "
+                   f"own ρ is not negative ({frag.rho:+.2f} [{frag.low:+.2f}, {frag.high:+.2f}])")
+    if np.isfinite(gap["gap"]):
+        verdict += f" (ρ(L2) − ρ(FRAG) {gap['gap']:+.2f} [{gap['low']:+.2f}, {gap['high']:+.2f}])"
+    if low > 0:
+        verdict += "; L2 ranks in reverse with 95 % confidence: the larger updates recovered more"
+    return verdict
+
+
 def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16", n_boot: int = 2000,
            planned: dict[str, int] | None = None) -> pd.DataFrame:
     """The paper's Table 3 claims one per row, from this repository's Table 3 of one precision
-    (:meth:`frag_utils.report.collect.Collection.table1`'s ``table3_by_precision`` and its checkpoints,
+    (:mod:`frag_utils.report.paper`'s ``table3_by_precision`` and its checkpoints,
     ``delta_es`` a list of seeds each): what the paper prints at 1B, what the authors' recomputation
     from their checkpoints gives at 1B (their ``docs/REPRODUCE.md``), this repository's ρ with its
     interval, and a verdict read off the interval alone, never set by hand.
@@ -222,22 +242,8 @@ def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16
         attacks = int(r.attacks) if r is not None else 0
         verdict = _verdict(low, high, "reversed: ρ > 0", "supported: ρ < 0")
         if predictor == "l2_all":
-            part = cps[paper_table3_subsets(cps)[subset]] if len(cps) else cps
-            groups = list(part[GROUP_BY]) if len(part) and GROUP_BY in part else None
-            gap = {"gap": np.nan, "low": np.nan, "high": np.nan}
-            if len(part):
-                gap = bootstrap_spearman_gap(part.FRAG_x100, part.l2_all, list(part.delta_es), n_boot=n_boot,
-                                             groups=groups)
-            verdict = _verdict(gap["low"], gap["high"], "supported: ρ(L2) > ρ(FRAG)", "reversed: ρ(L2) < ρ(FRAG)")
             frag = ours.loc[(subset, "FRAG_x100")] if ours is not None and (subset, "FRAG_x100") in ours.index else None
-            if verdict.startswith("supported") and frag is not None and not frag.high < 0:
-                # FRAG beating L2 means a negative FRAG ρ with L2's above it, not only L2's above FRAG's
-                verdict = ("not supported as the paper means it: ρ(L2) > ρ(FRAG) with 95 % confidence, but FRAG's "
-                           f"own ρ is not negative ({frag.rho:+.2f} [{frag.low:+.2f}, {frag.high:+.2f}])")
-            if np.isfinite(gap["gap"]):
-                verdict += f" (ρ(L2) − ρ(FRAG) {gap['gap']:+.2f} [{gap['low']:+.2f}, {gap['high']:+.2f}])"
-            if low > 0:
-                verdict += "; L2 ranks in reverse with 95 % confidence: the larger updates recovered more"
+            verdict = _l2_verdict(cps[paper_table3_subsets(cps)[subset]] if len(cps) else cps, frag, low, n_boot)
         methods = int(r.methods) if r is not None and "methods" in r and pd.notna(r.methods) else n
         if "95 %" in verdict and methods < FEW_METHODS:
             verdict += (f" (nominal: the interval resamples {methods} methods, and a bootstrap over so few clusters "
@@ -296,7 +302,7 @@ def _what_follows(predictor: str, verdict: str) -> str:
 # -- the paper's Table 1 claim: FRP keeps the least after each attack --------------------------
 PAPER_TABLE1 = ("scale", "method", "attack", "es", "delta_es", "utility")
 TABLE1_BASELINES = ("ga", "graddiff", "npo", "rmu", "sp")
-# this repository's model labels (collect.short_label) -> the paper's Table 1 rows
+# this repository's model labels (recorded.short_label) -> the paper's Table 1 rows
 TABLE1_KEYS = {"gold": "gold", "GA": "ga", "GradDiff": "graddiff", "NPO": "npo", "RMU": "rmu", "SP": "sp",
                "FRP (P 0)": "frp_p0", "FRP (P 0.15)": "frp_p0.15"}
 _LABELS = {v: k for k, v in TABLE1_KEYS.items()}
@@ -381,7 +387,7 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
     return pd.DataFrame(rows)
 
 
-# -- the healthy frontier (issue 39): checkpoints that forget and keep their utility ------------------
+# -- the healthy frontier: checkpoints that forget and keep their utility ---------------------------
 UTILITY_PARTS = tuple(f"{s}/{m}" for s in ("retain_perturbed", "real_authors_perturbed", "world_facts_perturbed")
                       for m in ("probability", "rouge", "truth_ratio"))
 # the part of Model Utility that one question in thirty can take to 0 at 135M (the target's own

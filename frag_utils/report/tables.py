@@ -1,6 +1,6 @@
 """Tables notebook 09 builds from run records, as plain functions of their rows (tested in
 ``tests/test_tables.py``): the paper's Table 1 layout of the re-recorded grid, and the seed
-repeats of its attacks as lists of ΔES. :mod:`frag_utils.report.collect` reads the records.
+repeats of its attacks as lists of ΔES. :mod:`frag_utils.report.recorded` reads the records.
 
 A row is one attack run: ``model`` (the method and its knobs, the same label on every split),
 ``method``, ``weights`` (the unlearned model's storage precision), ``forget_split``,
@@ -102,7 +102,7 @@ def with_seed_repeats(chosen: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFra
     """``chosen`` (one attacked checkpoint a row) with ``delta_es`` made the list of every ΔES
     measured on that checkpoint: its own and those of ``repeats`` (the same attack at other seeds,
     matched by ``unlearned_run`` and ``attack_data``), and ``attack_seeds`` their number. What
-    :func:`frag_utils.report.analysis.bootstrap_spearman` takes to carry the seed noise into an interval.
+    :func:`frag_utils.report.stats.bootstrap_spearman` takes to carry the seed noise into an interval.
 
     Raises:
         ValueError: a repeat of a checkpoint ``chosen`` does not hold, or one attack run twice.
