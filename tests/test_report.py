@@ -2,6 +2,7 @@
 frag_utils.report.recorded), checked against the committed smol records of the faithful grid read the
 slow way (json files, one by one), and on a copy of them where a record is changed the way a redo or a
 user's rerun changes it."""
+import importlib.util
 import json
 import shutil
 
@@ -12,7 +13,6 @@ import yaml
 from frag_utils import parameters, paths
 from frag_utils.report import analysis, book, claims, controls, frontier, paper, recorded, stats, targets, variants
 from frag_utils.report import grid as grid_chapter
-from frag_utils.report import plans as plan_writers
 from frag_utils.report.recorded import Records
 
 PARAMS = paths.PARAMS_DIR / "smol"
@@ -43,6 +43,14 @@ def _attack_records(root=None, attack_data=None):
             if attack_data in (None, p["attack_data"]):
                 found.append({"folder": folder.name, **rec})
     return found
+
+
+def _script(name):
+    """One of scripts/ as a module (the planning scripts write parameter files from the records)."""
+    spec = importlib.util.spec_from_file_location(name, paths.REPO_ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _book(*families, n_boot=20):
@@ -390,7 +398,7 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
     assert list(mine.healthy_paper) == [True, False, False, False, True, True, True]
     assert list(mine.healthy_parts) == [True, False, True, False, True, True, True]
 
-    plan = plan_writers.frontier_attacks(Records("smol"), "forget10")
+    plan = _script("plan_frontier_attacks").frontier_attacks(Records("smol"), "forget10")
     healthy = [s.name for s in planned if s in chosen and models.loc[f"05_unlearn/{s.name}", "healthy_parts"]]
     assert [(e["unlearned_run"], e["seed"]) for e in plan] == [(n, s) for s in (42, 1) for n in healthy]
     grid_attack = yaml.safe_load((params / "smol" / recorded.GRID_06).read_text())[0]
@@ -435,7 +443,7 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
     assert not len(out["frontier_lmc"]) and not len(out["frontier_importance"])  # no 07 record yet
     attacked = list(deltas)
     (params / "smol" / recorded.FRONTIER_07[0]).write_text(yaml.safe_dump([  # as plan_frontier_attacks.py writes it
-        {"profile": "smol", **plan_writers.FRONTIER_ABLATION, "forget_split": "forget10",
+        {"profile": "smol", **_script("plan_frontier_attacks").FRONTIER_ABLATION, "forget_split": "forget10",
          "unlearned_runs": ",".join(attacked)}]))
     (spec_07,) = runs.plan_run("07_ablations", params / "smol" / recorded.FRONTIER_07[0])
     method = {n: _record("05_unlearn", n, copied_runs)["results"]["row"]["method"] for n in attacked}
@@ -568,7 +576,8 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
     models = frontier.candidates(rec)
     healthy = models[models.healthy_paper & models.forget_split.eq("forget10")]
     assert len(healthy) >= 2
-    chosen = plan_writers.variant_checkpoints(rec, "forget10")
+    plan_attack_variants = _script("plan_attack_variants")
+    chosen = plan_attack_variants.variant_checkpoints(rec, "forget10")
     median = float(np.median(healthy.model_utility / healthy.target_model_utility))
     for label in set(healthy.model):
         part = [r for r in healthy.itertuples() if r.model == label]
@@ -576,11 +585,11 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
         assert chosen[label] == best.run.split("/", 1)[1]
     assert list(chosen)[0] == "gold" and "method=gold" in chosen["gold"] and len(chosen) == 1 + len(set(healthy.model))
 
-    plans = plan_writers.attack_variants(rec, "forget10")
+    plans = plan_attack_variants.attack_variants(rec, "forget10")
     protocol = yaml.safe_load((params / "smol" / recorded.GRID_06).read_text())[0]
     # the target's own protocol attack with multiple choice, at each seed, in a file of its own
     target_plan = plans.pop(variants.MC_TARGET)
-    assert [e["seed"] for e in target_plan] == list(variants.VARIANT_SEEDS)
+    assert [e["seed"] for e in target_plan] == list(plan_attack_variants.SEEDS)
     for e in target_plan:
         assert "unlearned_run" not in e and {k: v for k, v in e.items() if protocol.get(k) != v} == {
             "model": "profile-target", "weights": "fp32", "seed": e["seed"], "eval_mc": True}
@@ -588,8 +597,8 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
     for family, plan in plans.items():
         changes = list(variants.ATTACK_VARIANTS[family]) + ([{}] if family == "attack_lr" else [])  # and the protocol
         # the frontier checkpoints' protocol attacks are the frontier file's, at both seeds: not planned again
-        left_to_frontier = len(variants.VARIANT_SEEDS) * (len(chosen) - 1) if family == "attack_lr" else 0
-        assert len(plan) == len(variants.VARIANT_SEEDS) * len(chosen) * len(changes) - left_to_frontier
+        left_to_frontier = len(plan_attack_variants.SEEDS) * (len(chosen) - 1) if family == "attack_lr" else 0
+        assert len(plan) == len(plan_attack_variants.SEEDS) * len(chosen) * len(changes) - left_to_frontier
         for e in plan:
             base = {**protocol, "unlearned_run": e["unlearned_run"], "attack_data": "forget_retain", "seed": e["seed"],
                     **({"weights": "fp32"} if e["unlearned_run"] == chosen["gold"] else {})}
@@ -599,7 +608,7 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
     assert set(plans) == set(variants.ATTACK_VARIANTS)
     gold = [e for family in plans.values() for e in family if e["unlearned_run"] == chosen["gold"]]
     gold_protocol = [e for e in plans["attack_lr"] if e in gold and e["lr"] == protocol["lr"]]
-    assert sorted(e["seed"] for e in gold_protocol) == sorted(variants.VARIANT_SEEDS)
+    assert sorted(e["seed"] for e in gold_protocol) == sorted(plan_attack_variants.SEEDS)
     assert all(e["weights"] == "fp32" for e in gold)  # the grid's gold is stored in bf16: attacked in fp32
     defaults = parameters.notebook_defaults("06_attacks")
     others = {parameters.params_key(s.params, defaults) for f in sorted((params / "smol").glob("06_attacks.*.yaml"))

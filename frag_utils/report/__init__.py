@@ -6,8 +6,7 @@ that builds them: :mod:`.frontier` (the healthy frontier), :mod:`.paper` (the gr
 Table 1, Table 3), :mod:`.claims`, :mod:`.targets` (the target's seed), :mod:`.controls` (controls
 and ablations), :mod:`.variants` (attack variants), :mod:`.grid` (pilots, cost, other runs);
 :mod:`.recorded` finds the records, :mod:`.tables` and :mod:`.analysis` are the paper's pure
-functions of rows, :mod:`.stats` the general statistics, :mod:`.plots` the figures, :mod:`.plans`
-the parameter files ``scripts/plan_*.py`` write.
+functions of rows, :mod:`.stats` the general statistics, :mod:`.plots` the figures.
 
 Nothing here computes a cached artefact (a checkpoint, an evaluation, calibration norms), so
 :func:`frag_utils.cache.source_hash` leaves this folder out: editing a table keeps every cache.

@@ -1,19 +1,18 @@
-"""Notebook 09 in one object: the records of a profile read once, each family of tables built by
-one call (a chapter), and every table and figure written with the runs it was built from.
+"""Notebook 09 in one object: the records of a profile read once, each family of tables built and
+shown by one call (a chapter), every table and figure written with the runs it was built from.
 
-A family is a module with ``DECLARED`` (its tables and figures, :class:`declared.Table`) and
-``build(book)``; :data:`FAMILIES` is their order (a chapter may read what an earlier one kept on
-the book: the paper's Table 3 and its checkpoints, the frontier's Table 3).
+A family is a module with ``DECLARED`` (its :class:`declared.Table` s) and ``build(book)``, which may
+read what an earlier chapter kept on the book (Table 3 and its checkpoints, the frontier's Table 3).
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from . import claims, controls, declared, frontier, grid, paper, targets, variants
+from . import claims, controls, declared, frontier, grid, paper, plots, targets, variants
 from .recorded import GRID_05, GRID_06, SEEDS_06, Records
 
-FAMILIES = (frontier, paper, claims, targets, controls, variants, grid)
+FAMILIES = (frontier, paper, claims, targets, controls, variants, grid)  # the chapters, in order
 
 
 def tables() -> list[declared.Table]:
@@ -21,18 +20,9 @@ def tables() -> list[declared.Table]:
     return [t for family in FAMILIES for t in family.DECLARED]
 
 
-def show(name: str, obj: Any) -> None:
-    """Show one table (a heading, then the table) in the notebook; figures show as the cell ends."""
-    from IPython.display import Markdown, display
-
-    if hasattr(obj, "to_markdown"):
-        display(Markdown(f"**`{name}`** ({len(obj)} rows)"), obj)
-
-
 class Book:
-    """The tables and figures of notebook 09 for ``profile``'s grid (``grid_05``, ``grid_06``,
-    ``seeds_06``: its parameter files), with ``n_boot`` resamples for every interval and
-    ``min_utility_fraction`` for the extended set."""
+    """``profile``'s tables and figures from its grid's parameter files, ``n_boot`` resamples for every
+    interval, ``min_utility_fraction`` the extended set's utility floor."""
 
     def __init__(self, profile: str, grid_05: str = GRID_05, grid_06: str = GRID_06, seeds_06: str = SEEDS_06,
                  n_boot: int = 2000, min_utility_fraction: float = 0.5) -> None:
@@ -44,30 +34,29 @@ class Book:
               f"{self.records.stale or 'none'}")
 
     def chapter(self, family: Any, display: bool = True) -> dict[str, Any]:
-        """Build one family's tables and figures, keep them for writing, show each; returns them by
-        name (a figure as ``<name>.png``)."""
+        """Build one family, keep it for writing, show each table (a figure shows as the cell ends);
+        returns them by name (a figure as ``<name>.png``)."""
         built = family.build(self)
-        unknown = [t.name for t in built if t not in family.DECLARED]
-        if unknown:
-            raise ValueError(f"{family.__name__} built tables it does not declare: {unknown}")
+        if set(built) - set(family.DECLARED):
+            raise ValueError(f"{family.__name__} built tables it does not declare: {set(built) - set(family.DECLARED)}")
         self.built.update(built)
         if display:
+            from IPython.display import Markdown, display
+
             for t, obj in built.items():
-                show(t.name, obj)
+                if not t.figure:
+                    display(Markdown(f"**`{t.name}`** ({len(obj)} rows)"), obj)
         return {f"{t.name}.png" if t.figure else t.name: obj for t, obj in built.items()}
 
     def write(self, out_dir: Path, prov: dict) -> list[str]:
-        """Write every table and figure built (:func:`declared.write`) and close the figures."""
+        """Write every table and figure built (:func:`declared.write`), then close the figures."""
         written = declared.write(out_dir, prov, self.built)
-        from . import plots
-
-        for t, fig in self.built.items():
-            if t.figure:
-                plots.close(fig)
+        for fig in (obj for t, obj in self.built.items() if t.figure):
+            plots.close(fig)
         return written
 
     def summary(self) -> dict:
-        """What notebook 09 records of its own run: each table's source runs and rows, the figures."""
+        """Notebook 09's own record: each table's source runs and rows, the figures."""
         return {"sources": {t.name: declared.sources(obj) for t, obj in self.built.items()},
                 "n_rows": {t.name: len(obj) for t, obj in self.built.items() if not t.figure},
                 "figures": sorted(t.name for t in self.built if t.figure)}

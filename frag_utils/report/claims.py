@@ -1,5 +1,5 @@
-"""The paper's claims, one per row: Table 3's (bf16, and fp32 beside it), Table 1's (FRP keeps the
-least after each attack), and the README's first table (the headline)."""
+"""The paper's claims one per row, Table 3's (bf16, fp32 beside it) and Table 1's, and the README's
+first table."""
 from __future__ import annotations
 
 import pandas as pd
@@ -9,18 +9,14 @@ from . import analysis, tables
 from .declared import Table, sourced
 from .recorded import MARGIN_SEEDS_06, params, short_label
 
-CLAIMS = Table("claims", formats={k: "+.2f" for k in ("paper_1B", "authors_recomputed_1B", "ours_bf16", "low",
-                                                      "high")})
-CLAIMS_FP32 = Table("claims_fp32", formats={k: "+.2f" for k in ("paper_1B", "authors_recomputed_1B", "ours_fp32",
-                                                                "low", "high")})
-CLAIMS_TABLE1 = Table("claims_table1")
-HEADLINE = Table("headline", formats={"paper_1B": "+.2f", "authors_1B": "+.2f"})
+CLAIMS, CLAIMS_FP32 = (Table(name, dict.fromkeys(("paper_1B", "authors_recomputed_1B", ours, "low", "high"), "+.2f"))
+                       for name, ours in (("claims", "ours_bf16"), ("claims_fp32", "ours_fp32")))
+CLAIMS_TABLE1, HEADLINE = Table("claims_table1"), Table("headline", dict.fromkeys(("paper_1B", "authors_1B"), "+.2f"))
 DECLARED = (HEADLINE, CLAIMS, CLAIMS_FP32, CLAIMS_TABLE1)
 
 
 def same_attack_but_the_seed(repeats: list[dict], attacks: list[dict]) -> None:
-    """Refuse a seed repeat whose attack differs from the one it repeats in anything but the seed
-    (an edit to one parameter file and not the other), or that repeats a seed already run."""
+    """Refuse a seed repeat that differs from its attack in more than the seed, or repeats a seed run."""
     def settings(r):
         return {k: v for k, v in params(r).items() if k not in ("seed", "run_name")}
 
@@ -44,18 +40,15 @@ def same_attack_but_the_seed(repeats: list[dict], attacks: list[dict]) -> None:
 
 
 def _keyed_in(df: pd.DataFrame, other: pd.DataFrame) -> list[bool]:
-    """Which attacks of ``df`` (rows of :func:`tables.attack_rows`) are also attacks of ``other``: the
-    same model and attack data, whatever the seed."""
+    """Which attacks of ``df`` ``other`` has too (the same model and attack data, at any seed)."""
     keys = set(zip(other.unlearned_run, other.attack_data))
     return [k in keys for k in zip(df.unlearned_run, df.attack_data)]
 
 
 def table1_claims(rec, rows: pd.DataFrame) -> pd.DataFrame:
-    """Table 1's claims (:func:`analysis.table1_claims`) in bf16, and in fp32 for the attacks the
-    fp32 set has recorded: each attack at the mean over its seeds (the forget+retain repeats of
-    Table 3's checkpoints, the claim rows' own of :data:`MARGIN_SEEDS_06`); a margin inside the
-    largest range of ΔES over one checkpoint's seeds is not resolved (conservative: a mean of
-    several seeds moves less than one), and how many seeds FRP's rows have."""
+    """Table 1's claims (:func:`analysis.table1_claims`) in bf16, and in fp32 for the attacks recorded
+    in fp32, each attack at the mean over its seeds (Table 3's repeats, :data:`MARGIN_SEEDS_06`); a
+    margin inside the widest range of one checkpoint's seeds is not resolved; FRP's seeds counted."""
     repeat_records, margin_records = rec.attacks_of_file(rec.seeds_06), rec.attacks_of_file(MARGIN_SEEDS_06)
     same_attack_but_the_seed([*repeat_records, *margin_records], rec.attacks_of_file(rec.grid_06))
     repeats = tables.attack_rows(repeat_records, rec.method_by_run, short_label)
@@ -84,7 +77,7 @@ def table1_claims(rec, rows: pd.DataFrame) -> pd.DataFrame:
 
 def headline(book) -> pd.DataFrame:
     """The README's first table (:func:`analysis.headline`): over the healthy frontier (the paper's
-    rule) once four of its checkpoints are attacked, until then over the paper's Table 3 in bf16."""
+    rule) once four checkpoints are attacked, until then over the paper's Table 3 in bf16."""
     ft3, t3 = book.frontier_table3, book.table3
     on_frontier = bool(len(ft3)) and ft3.rule.eq("paper").any()
     chosen = ft3 if on_frontier else t3
@@ -94,8 +87,7 @@ def headline(book) -> pd.DataFrame:
 
 
 def build(book) -> dict[Table, pd.DataFrame]:
-    """The chapter: the README's first table, Table 3's claims (bf16, then fp32, summed up in the
-    last column of the bf16 table), Table 1's claims. Reads the paper's and the frontier's chapters."""
+    """The chapter (after the paper's and the frontier's): the fp32 claims in the bf16 table's last column."""
     t3, checkpoints, read = book.table3, book.table3_checkpoints, book.table3.attrs["source_runs"]
     claims_fp32 = analysis.claims(t3, checkpoints, weights="fp32", n_boot=book.n_boot)
     claims = analysis.beside(analysis.claims(t3, checkpoints, n_boot=book.n_boot), claims_fp32)

@@ -1,8 +1,6 @@
-"""The controls and ablations the claims rest on: the direction-blind noise controls and the matched
-controls (``05_unlearn.controls.yaml``), the FRP ablations of the paper's Tables 5-7
-(``05_unlearn.ablations.yaml``), the attack's precision, and the loss barrier and FRAG's importance
-terms on the paper's Table 3 checkpoints (notebook 07). Each stays empty until a run of its own is
-recorded."""
+"""The controls and ablations the claims rest on: noise and matched controls, the FRP ablations
+(the paper's Tables 5-7), notebook 07 on Table 3's checkpoints, the attack's precision. Each stays
+empty until a run of its own is recorded."""
 from __future__ import annotations
 
 import pandas as pd
@@ -22,19 +20,14 @@ from .recorded import (
     params,
     row,
     scored_by_07,
-    seeds_by_checkpoint,
+    seed_deltas,
 )
 
-SPARSITY = {"lambda": "g", "sparsity": "g", "frp_sparsity": "g", "sp_sparsity": "g"}
-NOISE = Table("noise_controls")
-NOISE_FIGURE = Table("noise_controls", block=False, figure=True)
-MATCHED = Table("matched_controls", formats=SPARSITY)
-LAMBDA = Table("ablation_lambda", formats=SPARSITY)
-SPARSITY_ = Table("ablation_sparsity", formats=SPARSITY)
-SCORING = Table("ablation_scoring", formats=SPARSITY)
-PRECISION = Table("attack_precision")
-TABLE3_LMC = Table("table3_lmc")
-TABLE3_IMPORTANCE = Table("table3_importance")
+SPARSITY = dict.fromkeys(("lambda", "sparsity", "frp_sparsity", "sp_sparsity"), "g")
+NOISE, NOISE_FIGURE = Table("noise_controls"), Table("noise_controls", block=False, figure=True)
+MATCHED, LAMBDA = Table("matched_controls", SPARSITY), Table("ablation_lambda", SPARSITY)
+SPARSITY_, SCORING = Table("ablation_sparsity", SPARSITY), Table("ablation_scoring", SPARSITY)
+PRECISION, TABLE3_LMC, TABLE3_IMPORTANCE = Table("attack_precision"), Table("table3_lmc"), Table("table3_importance")
 DECLARED = (NOISE, MATCHED, LAMBDA, SPARSITY_, SCORING, TABLE3_IMPORTANCE, TABLE3_LMC, PRECISION, NOISE_FIGURE)
 ABLATION_COLUMNS = ["es", "model_utility", "es_after", "delta_es", "model_utility_after", "l2_all", "FRAG_x100",
                     "A_f_x100", "A_r_x100", "run", "attack_run"]
@@ -45,10 +38,9 @@ def _empty(*declared: Table) -> dict[Table, pd.DataFrame]:
 
 
 def ablations(rec) -> dict[Table, pd.DataFrame]:
-    """The paper's Tables 5-7 (Appendix B.3) on forget10 in bf16: FRP with one setting varied
-    around the grid's FRP (P 0), under the retain attack: λ (the weight of the |W| rank; the
-    paper's beta), the sparsity ρ and the scoring rule (its rows in the variants' alphabetical
-    order). Each holds the centre."""
+    """The paper's Tables 5-7 on forget10 in bf16, under the retain attack: FRP with λ (the paper's
+    beta), the sparsity or the scoring rule (rows in alphabetical order) varied around the grid's
+    FRP (P 0), which each holds."""
     centre, found = rec.centre(), rec.methods_of_file(ABLATIONS_05)
     if centre is None or not found:
         return _empty(LAMBDA, SPARSITY_, SCORING)
@@ -65,8 +57,7 @@ def ablations(rec) -> dict[Table, pd.DataFrame]:
 
 
 def _noise(rec, centre: dict, found: list[dict]) -> pd.DataFrame:
-    """The grid's FRP (P 0) on forget10 in bf16 and the noise scaled to its L2, under the retain and
-    the forget+retain attacks (Appendix A.2)."""
+    """Appendix A.2: the grid's FRP (P 0) on forget10 in bf16 and noise at its L2, under two attacks."""
     files = (CONTROLS_06, rec.grid_06)
     noise = [r for r in found if row(r)["method"] == "noise"
              and params(r)["match_l2_run"] == name(centre)]  # scaled to this FRP run
@@ -78,7 +69,7 @@ def _noise(rec, centre: dict, found: list[dict]) -> pd.DataFrame:
 
 
 def _pairs(rec, found: list[dict]) -> list[tuple[str, dict, dict]]:
-    """FRP against SP at the same budget and at the same update norm: ``(kind, frp, sp)``."""
+    """``(kind, frp, sp)``: FRP against SP at the same budget and at the same update norm."""
     frp = {name(r): r for r in rec.methods_of_file(ABLATIONS_05) if made(r).get("variant") == "released"
            and params(r)["frp_lam"] == 0.05}
     pairs = []
@@ -92,9 +83,7 @@ def _pairs(rec, found: list[dict]) -> list[tuple[str, dict, dict]]:
 
 
 def _matched(rec, found: list[dict]) -> pd.DataFrame:
-    """Appendix C.4: FRP against SP at the same budget (the sweep's FRP at 2.5 % and 5 % against SP
-    at 2.5 % and the grid's 5 %) and at the same update norm (SP pruned to the L2 of FRP at 1.5 %
-    and 4 %), one row per pair, under forget+retain."""
+    """Appendix C.4: one row per pair of :func:`_pairs`, under forget+retain."""
     pairs = _pairs(rec, found)
     if not pairs:
         return sourced(pd.DataFrame(), [])
@@ -112,7 +101,7 @@ def _matched(rec, found: list[dict]) -> pd.DataFrame:
 
 
 def controls(rec) -> dict[Table, pd.DataFrame]:
-    """The noise controls and the matched controls (blank where not attacked yet)."""
+    """The noise controls and the matched controls."""
     centre, found = rec.centre(), rec.methods_of_file(CONTROLS_05)
     if centre is None or not found:
         return _empty(NOISE, MATCHED)
@@ -120,13 +109,10 @@ def controls(rec) -> dict[Table, pd.DataFrame]:
 
 
 def attack_precision(rec) -> pd.DataFrame:
-    """The bf16 set's models under the grid's forget+retain attack with the weights stored in bf16
-    while attacking, as unlearned (the grid's attack file: seed 42, and ``delta_es_bf16_seeds``,
-    every seed of its Table 3 repeats), and kept in fp32 (:data:`ATTACK_PRECISION_06`, seed 42), per
-    split and method (the grid's file order), then each method's mean over the three splits
-    (``forget_split`` ``mean``; blank until all three are recorded). ``fp32_set_delta_es`` is the
-    fp32 set's model of the same split and method under its own attack. Empty until one fp32
-    attack of a bf16 model is recorded."""
+    """The bf16 set's models under the grid's forget+retain attack with the weights in bf16 (as
+    unlearned; every seed of Table 3's repeats too) and in fp32 (:data:`ATTACK_PRECISION_06`), beside
+    the fp32 set's model under its own attack, per split and method, then each method's mean over the
+    splits (blank until all three are recorded)."""
     models = [r for r in rec.methods_of_file(rec.grid_05) if row(r)["method"] in (*DENSE, "sp", "frp")
               and params(r).get("weights") == "bf16"]
     in_fp32 = rec.attacked(models, "forget_retain", ATTACK_PRECISION_06)
@@ -134,7 +120,7 @@ def attack_precision(rec) -> pd.DataFrame:
         return sourced(pd.DataFrame(), [])
     in_bf16 = rec.attacked(models, "forget_retain", (rec.grid_06,))
     repeats = rec.forget_retain_repeats({name(m) for m in models})
-    seeds = seeds_by_checkpoint(repeats)
+    seeds = seed_deltas(repeats)
 
     def identity(r):  # split, method and FRP's veto: what a model of the fp32 set shares with its bf16 twin
         return row(r)["forget_split"], row(r)["method"], params(r).get("frp_veto", 0.0)
@@ -162,13 +148,8 @@ def attack_precision(rec) -> pd.DataFrame:
 
 
 def table3_ablations(rec, checkpoints: pd.DataFrame, n_boot: int) -> dict[Table, pd.DataFrame]:
-    """The loss barrier and FRAG's importance terms on the paper's Table 3 checkpoints in bf16
-    (``checkpoints``, ΔES a list of seeds), from the notebook-07 runs of :data:`TABLE3_07` (one file
-    per split, the frontier's settings, the grid's native kernels): ``table3_lmc``, the paper's
-    ``tab:lmc`` on them, and ``table3_importance``, the paper's ``importance_variants`` on the set it
-    was printed for, with Table 3's intervals (all and without FRP; methods, then checkpoints, then
-    seeds), beside the paper's 1B ρ. Empty until a split's run is recorded; the ρ once four
-    checkpoints are scored."""
+    """The paper's ``tab:lmc`` and ``importance_variants`` (with Table 3's intervals) on Table 3's
+    checkpoints in bf16 (``checkpoints``, ΔES a list of seeds), from the 07 runs of :data:`TABLE3_07`."""
     chosen = checkpoints[checkpoints.weights.eq("bf16")] if len(checkpoints) else checkpoints
     names = list(chosen.unlearned_run) if len(chosen) else []
     scored, ablation_runs = scored_by_07(rec, TABLE3_07, chosen, names)
@@ -183,8 +164,7 @@ def table3_ablations(rec, checkpoints: pd.DataFrame, n_boot: int) -> dict[Table,
 
 
 def build(book) -> dict[Table, object]:
-    """The chapter: the controls, the FRP ablations, the importance terms and the loss barrier on
-    Table 3's checkpoints, the attack's precision, and the controls' figure."""
+    """The chapter (after the paper's)."""
     rec = book.records
     out = {**controls(rec), **ablations(rec), **table3_ablations(rec, book.table3_checkpoints, book.n_boot),
            PRECISION: attack_precision(rec)}

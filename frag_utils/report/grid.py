@@ -1,5 +1,4 @@
-"""The grid itself: the two pilots that chose its settings (``docs/choices.md``), what it costs,
-and the runs of the profile that no parameter file lists (a user's rerun or own file)."""
+"""The grid itself: the pilots that chose its settings, what it costs, the runs no file lists."""
 from __future__ import annotations
 
 import pandas as pd
@@ -8,12 +7,11 @@ from .. import costs, parameters, runs
 from .declared import Table, sourced
 from .recorded import DENSE, PROTOCOL_PILOT, STRENGTH_PILOT, name, params, row
 
-RATES = {"lr": "g", "rmu_coeff": "g", "model_lr": "g"}
-STRENGTH = Table("strength_pilot", formats=RATES)
-PROTOCOL = Table("protocol_pilot", formats=RATES)
-GRID_TIMES = Table("grid_times", formats={"hours": ".2f", "median_minutes": ".1f", "estimated_hours": ".2f"})
-OTHER_ATTACKS = Table("other_runs_attacks", formats=RATES, block=False)
-OTHER_UNLEARNING = Table("other_runs_unlearning", formats=RATES, block=False)
+RATES = dict.fromkeys(("lr", "rmu_coeff", "model_lr"), "g")
+STRENGTH, PROTOCOL = Table("strength_pilot", RATES), Table("protocol_pilot", RATES)
+GRID_TIMES = Table("grid_times", {"hours": ".2f", "median_minutes": ".1f", "estimated_hours": ".2f"})
+OTHER_ATTACKS = Table("other_runs_attacks", RATES, block=False)
+OTHER_UNLEARNING = Table("other_runs_unlearning", RATES, block=False)
 DECLARED = (STRENGTH, PROTOCOL, OTHER_ATTACKS, OTHER_UNLEARNING, GRID_TIMES)
 PILOT_SETTINGS = {STRENGTH_PILOT: ("lr", "rmu_coeff"), PROTOCOL_PILOT: ("lr", "batch_size", "grad_accum")}
 OTHER_ATTACK_KEYS = ("attack_data", "lr", "optimizer", "epochs", "lora_rank", "forget_split")
@@ -23,10 +21,9 @@ TIMES_SOURCES = ("every run the profile's parameter files list; hours from the r
 
 
 def pilots(rec) -> dict[Table, pd.DataFrame]:
-    """``strength_pilot`` (each dense method in bf16 at several learning rates; the grid's own
-    forget10 bf16 runs are its rows at the chosen rate) and ``protocol_pilot`` (the forget+retain
-    attack at the reference recipe and at the profile's; the grid's own attack of GA on forget10 in
-    bf16 is the latter's first row)."""
+    """Each dense method in bf16 at several learning rates (the grid's forget10 bf16 runs at the chosen
+    one), and the forget+retain attack at the reference recipe and at the profile's (the grid's own
+    attack of GA on forget10 in bf16 at the latter)."""
     strength = rec.methods_of_file(STRENGTH_PILOT) + rec.forget10_bf16(*DENSE)
     ga = {name(r) for r in rec.forget10_bf16("ga")}
     protocol = rec.attacks_of_file(PROTOCOL_PILOT) + [  # the grid's own attack is the scaled recipe on GA
@@ -47,9 +44,8 @@ def pilots(rec) -> dict[Table, pd.DataFrame]:
 
 
 def other_runs(rec) -> dict[Table, pd.DataFrame]:
-    """Every complete record of the profile that no parameter file of it lists, by name or by
-    parameters: the attacks beside the grid's ΔES for the same model and attack data
-    (``grid_delta_es``, seed 42), and the notebook-05 runs."""
+    """The records no parameter file of the profile lists, by name or by parameters: the attacks
+    (beside the grid's ΔES of the same model and data, ``grid_delta_es``) and the 05 runs."""
     specs = runs.grid(rec.profile) if rec.profile in runs.profiles() else []
     defaults = {nb: parameters.notebook_defaults(nb) for nb in ("05_unlearn", "06_attacks")}
 
@@ -79,8 +75,7 @@ def other_runs(rec) -> dict[Table, pd.DataFrame]:
 
 
 def build(book) -> dict[Table, pd.DataFrame]:
-    """The chapter: the pilots, what the grid costs (notebook time over every run the profile's
-    parameter files list, ``frag_utils.costs``), and the runs outside the grid."""
+    """The chapter: the pilots, what the grid costs (``frag_utils.costs``), the runs outside it."""
     rec = book.records
     return {**pilots(rec), GRID_TIMES: sourced(costs.notebook_times(runs.grid(rec.profile)), TIMES_SOURCES),
             **other_runs(rec)}

@@ -1,9 +1,5 @@
-"""The records one profile holds, read once: where the analysis layer finds a run.
-
-:class:`Records` reads every complete run of notebooks 05 and 06 of a profile (complete by the
-runner's one rule, :meth:`frag_utils.runs.RunSpec.is_complete`) and finds the records of one
-parameter file; the parameter files each family of tables reads are named here.
-"""
+"""The records of a profile, read once (:class:`Records`), complete by the runner's one rule
+(:meth:`frag_utils.runs.RunSpec.is_complete`); and the parameter files the families of tables read."""
 from __future__ import annotations
 
 import functools
@@ -44,9 +40,8 @@ MODEL_COLUMNS = ["model", "method", "weights", "forget_split", "es", "es_retain"
 
 
 def complete_runs(notebook: str, profile: str) -> list[dict]:
-    """Every complete run of ``notebook`` made with ``profile``, by the runner's rule
-    (:meth:`frag_utils.runs.RunSpec.is_complete` against the run's own parameters), in name order,
-    each with its ``run`` (``<notebook>/<run folder>``)."""
+    """Every run of ``notebook`` made with ``profile`` complete by the runner's rule (against its own
+    parameters), in name order, each with its ``run`` (``<notebook>/<run folder>``)."""
     nb = parameters.resolve_notebook(notebook)
     found = []
     for file in sorted((paths.RUNS_DIR / notebook).glob("*/" + paths.RESULTS_FILE)):
@@ -74,8 +69,8 @@ def made(record: dict) -> dict:
 
 
 def short_label(record: dict) -> str:
-    """The paper's name of a notebook-05 record's method (FRP with its veto P), for tables and
-    figures whose parameter file fixes every other setting (the file and the notebook say which)."""
+    """The paper's name of a notebook-05 record's method (FRP with its veto P): its parameter file
+    fixes every other setting."""
     method, p = row(record)["method"], params(record)
     if method == "noise":
         return f"noise ({p['noise_scale']:g}x FRP's L2)"
@@ -91,7 +86,7 @@ def concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def seeds_by_checkpoint(attacks: Iterable[dict]) -> dict[str, list[float]]:
+def seed_deltas(attacks: Iterable[dict]) -> dict[str, list[float]]:
     """05 run name -> the ΔES of each of ``attacks`` (attack records) on it, in their order."""
     seeds: dict[str, list[float]] = {}
     for r in attacks:
@@ -100,16 +95,14 @@ def seeds_by_checkpoint(attacks: Iterable[dict]) -> dict[str, list[float]]:
 
 
 class Records:
-    """The complete records of ``profile`` and the parameter files that name its grid: its models
-    (``grid_05``), their attacks (``grid_06``) and the seed repeats (``seeds_06``), by default the
-    smol profile's faithful grid; the other families read their own files.
+    """The complete records of ``profile``, and its grid's files: its models (``grid_05``), their
+    attacks (``grid_06``) and the seed repeats (``seeds_06``).
 
     Attributes:
-        method_runs: every notebook-05 record of the profile; ``method_by_run`` by run name.
-        all_attacks: every notebook-06 record by its parameters (a run two files list is run once,
-            under the first name; defaults left out of the key, as the runner does), less the stale
-            ones (``stale``: the 05 run they attacked was redone or removed since: its FRAG or L2
-            are no longer what the attack recorded).
+        method_runs: every notebook-05 record; ``method_by_run`` by run name.
+        all_attacks: every notebook-06 record by its parameters (:meth:`key`; a run two files list
+            is read once), less the ``stale`` ones: the 05 run they attacked was redone or removed
+            since (its FRAG or L2 are no longer what the attack recorded).
     """
 
     def __init__(self, profile: str, grid_05: str = GRID_05, grid_06: str = GRID_06, seeds_06: str = SEEDS_06) -> None:
@@ -129,7 +122,6 @@ class Records:
                 self.all_attacks.setdefault(key, r)
 
     def _attacked_other_weights(self, r: dict) -> bool:
-        """Stale: the copied pre-attack properties of the unlearned weights no longer match its 05 run."""
         u = r["results"]["unlearned_run"]
         return bool(u) and (u not in self.method_by_run or any(
             row(r)[k] != row(self.method_by_run[u])[k] for k in ("FRAG_x100", "l2_all")))
@@ -144,9 +136,8 @@ class Records:
         return runs.plan_run(notebook, path) if path.is_file() else []
 
     def attacks_of_file(self, file: str) -> list[dict]:
-        """The recorded runs of one notebook-06 file, in file order, found by their parameters (a run
-        another file lists too is recorded under that file's name), else by name (the paper dry run
-        records the grid's names at smaller sizes); runs not recorded yet are left out."""
+        """The recorded runs of one notebook-06 file, in file order, found by their parameters (another
+        file may have recorded them), else by name (the paper dry run's smaller sizes)."""
         by_name = {name(r): r for r in self.all_attacks.values()}
         found = [self.all_attacks.get(self.key(s.params)) or by_name.get(s.name)
                  for s in self.planned("06_attacks", file)]
@@ -161,7 +152,7 @@ class Records:
         return short_label(self.method_by_run[run]) if run in self.method_by_run else run
 
     def model_frame(self, recs: list[dict], settings: tuple[str, ...] = ()) -> pd.DataFrame:
-        """One row per notebook-05 record: its label, its row, its weights, ``settings`` and its run."""
+        """One row per notebook-05 record: label, row, weights, ``settings``, run."""
         return pd.DataFrame([{"model": short_label(r), **row(r), "weights": params(r).get("weights", "fp32"),
                               **{k: params(r)[k] for k in settings}, "run": r["run"]}
                              for r in recs], columns=[*MODEL_COLUMNS[:4], *settings, *MODEL_COLUMNS[4:]])
@@ -172,13 +163,11 @@ class Records:
                 and row(r)["forget_split"] == "forget10" and params(r).get("weights") == "bf16"]
 
     def centre(self) -> dict | None:
-        """The grid's FRP (P 0) on forget10 in bf16: the centre of the ablations, the run the noise
-        controls are scaled to."""
+        """The grid's FRP (P 0) on forget10 in bf16: the ablations' centre, the noise controls' scale."""
         return next((r for r in self.forget10_bf16("frp") if not made(r).get("veto")), None)
 
     def attacked(self, models: list[dict], attack_data: str, files: tuple[str, ...]) -> pd.DataFrame:
-        """One row per model: its state before and after its ``attack_data`` attack (blank until
-        attacked) in ``files``."""
+        """One row per model: before and after its ``attack_data`` attack in ``files`` (blank until attacked)."""
         attacks = {row(r)["unlearned_run"]: r for f in files for r in self.attacks_of_file(f)
                    if row(r)["attack_data"] == attack_data}
         rows = []
@@ -199,8 +188,7 @@ class Records:
 
     @functools.cached_property
     def protocol(self) -> dict:
-        """The grid's forget+retain attack (the first entry of its attack file), less what names the
-        model: read once, for the frontier's attacks and every variant entry."""
+        """The grid's forget+retain attack (its attack file's first entry), less what names the model."""
         import yaml
 
         protocol = yaml.safe_load((self.params_dir / self.grid_06).read_text())[0]
@@ -209,10 +197,9 @@ class Records:
 
 def scored_by_07(rec: Records, files: tuple[str, ...], chosen: pd.DataFrame,
                  names: list[str]) -> tuple[pd.DataFrame, list[str]]:
-    """``chosen`` (checkpoints whose notebook-05 run names are ``names``) with the forget-loss
-    barrier and, per importance term, FRAG and cos(F, ΔW²) x100 (``FRAG_x100:<term>``,
-    ``A_f_x100:<term>``) that the complete notebook-07 runs of ``files`` give each, less the
-    checkpoints none has scored; and those runs."""
+    """``chosen`` (checkpoints, their 05 runs ``names``) with the forget-loss barrier and, per
+    importance term, ``FRAG_x100:<term>`` and ``A_f_x100:<term>`` from the complete notebook-07 runs
+    of ``files``, less the checkpoints none scored; and those runs."""
     from .analysis import IMPORTANCE_SCORES
 
     found: dict[str, dict] = {}

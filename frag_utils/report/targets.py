@@ -1,6 +1,5 @@
-"""How far the target's own training seed moves what the grid measures: the evaluation numbers of
-notebook 02 at each training seed, and the forget10 Table 3 checkpoints unlearned again from the
-target of another seed."""
+"""How far the target's training seed moves what the grid measures: notebook 02 at each seed, and
+forget10's Table 3 checkpoints unlearned again from the seed-43 target."""
 from __future__ import annotations
 
 import pandas as pd
@@ -10,8 +9,7 @@ from . import tables
 from .declared import Table, sourced
 from .recorded import SECOND_TARGET_06, row, short_label
 
-TARGET_SEEDS = Table("target_seeds")
-SECOND_TARGET = Table("second_target")
+TARGET_SEEDS, SECOND_TARGET = Table("target_seeds"), Table("second_target")
 DECLARED = (TARGET_SEEDS, SECOND_TARGET)
 PREDICTORS = ("es_before", "l2_all", "FRAG_x100", "A_f_x100", "A_r_x100")
 
@@ -22,9 +20,8 @@ def _train_seed(run: str) -> int:
 
 
 def target_seeds(rec) -> pd.DataFrame:
-    """Each evaluation number of notebook 02 that the tolerance file judges (:data:`drift.SEED_METRICS`;
-    target and forget10 gold) at each training seed recorded (:data:`drift.SEED_RUNS`), with its
-    mean, standard deviation and range."""
+    """Each number of notebook 02 the tolerance file judges (:data:`drift.SEED_METRICS`) at each
+    training seed (:data:`drift.SEED_RUNS`), with its mean, standard deviation and range."""
     evaluations = drift.recorded_seed_evaluations() if rec.profile == "smol" else {}  # the seeds are smol's
     evaluations = evaluations if len(evaluations) > 1 else {}  # one seed has no spread
     rows = []
@@ -36,8 +33,7 @@ def target_seeds(rec) -> pd.DataFrame:
 
 
 def _twins(a: pd.Series, b: pd.Series) -> dict:
-    """One checkpoint of the seed-42 target (``a``, ΔES a list of seeds, seed 42 first) beside its
-    twin from the seed-43 target (``b``)."""
+    """A checkpoint of the seed-42 target (``a``, its ΔES per seed) beside its twin ``b``."""
     seeds = list(a.delta_es)
     out = {"model": b.model, "target_es_42": a.target_es, "target_es_43": b.target_es, "delta_es_42": seeds[0],
            "delta_es_43": b.delta_es, "delta_es_shift": b.delta_es - seeds[0],
@@ -48,10 +44,9 @@ def _twins(a: pd.Series, b: pd.Series) -> dict:
 
 
 def second_target(rec, checkpoints: pd.DataFrame) -> pd.DataFrame:
-    """Per forget10 Table 3 checkpoint in bf16 (``checkpoints``), the same method unlearned from the
-    seed-43 target and attacked at seed 42 (:data:`SECOND_TARGET_06`): the target's forget ES, ΔES
-    and the predictors on each target, the difference, and the range of ΔES over the attack seeds
-    of the seed-42 checkpoint beside it. Empty until one is attacked."""
+    """Per forget10 Table 3 checkpoint in bf16, its twin from the seed-43 target attacked at seed 42:
+    the target's forget ES, ΔES and the predictors on each, the shift, and the seed-42 checkpoint's
+    range of ΔES over its attack seeds beside it."""
     attacks = tables.attack_rows(rec.attacks_of_file(SECOND_TARGET_06), rec.method_by_run, short_label)
     first = checkpoints[checkpoints.weights.eq("bf16") & checkpoints.forget_split.eq("forget10")] \
         if len(checkpoints) else None
@@ -70,6 +65,6 @@ def second_target(rec, checkpoints: pd.DataFrame) -> pd.DataFrame:
 
 
 def build(book) -> dict[Table, pd.DataFrame]:
-    """The chapter: ``target_seeds`` and ``second_target`` (reads Table 3's checkpoints)."""
+    """The chapter (after the paper's)."""
     return {TARGET_SEEDS: target_seeds(book.records),
             SECOND_TARGET: second_target(book.records, book.table3_checkpoints)}

@@ -1,7 +1,6 @@
-"""The attack variants: on the split's gold model and one healthy frontier checkpoint per method at
-matched utility (chosen by :func:`frag_utils.report.plans.variant_checkpoints`), each variant of the
-paper's appendix attack tables, one change of the grid's forget+retain attack, at two seeds; the
-worst attack within a utility bound; and the paper's multiple-choice family."""
+"""The attack variants (the paper's appendix attack tables, each one change of the grid's attack) on
+the checkpoints of ``scripts/plan_attack_variants.py``, the worst attack within a
+utility bound, and the paper's multiple-choice family."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,9 +10,7 @@ from .. import parameters
 from .declared import Table, sourced
 from .recorded import row
 
-VARIANTS = Table("attack_variants")
-WORST = Table("attack_worst")
-MULTIPLE_CHOICE = Table("multiple_choice")
+VARIANTS, WORST, MULTIPLE_CHOICE = Table("attack_variants"), Table("attack_worst"), Table("multiple_choice")
 DECLARED = (VARIANTS, WORST, MULTIPLE_CHOICE)
 
 VARIANT_SPLITS = ("forget10",)
@@ -31,33 +28,28 @@ MC_CHANCE = 0.25  # four options (frag_utils.multiple_choice)
 # the target's own protocol attack with multiple choice (its file apart: the reference row of the
 # multiple-choice table, a model no 05 run made)
 MC_TARGET = "multiple_choice_target"
-VARIANT_SEEDS = (42, 1)
 UTILITY_BOUND = 0.5  # the worst attack counts only attacks that keep this fraction of the target's Model Utility
 
 
 def variants_file(family: str, forget_split: str) -> str:
-    """The attack file of one family of :data:`ATTACK_VARIANTS` on one split (one per family, so
-    that only the family's own settings vary in it and name its runs)."""
+    """The attack file of one family on one split (only the family's settings vary in it)."""
     return f"06_attacks.{family}_{forget_split}.yaml"
 
 
 def variant_base(rec, run: str, forget_split: str) -> dict:
-    """The protocol's attack of one variant checkpoint: the grid's forget+retain attack, trained
-    with the weights in fp32 (a model stored in bf16, the grid's gold, is attacked in fp32 too, as
-    the frontier's checkpoints are: in bf16 storage small steps round away)."""
+    """The grid's forget+retain attack of one checkpoint, in fp32 (a bf16 model too: small steps round away)."""
     weights = rec.method_by_run[run]["provenance"]["params"].get("weights") if run in rec.method_by_run else None
     return {**rec.protocol, "unlearned_run": run, "forget_split": forget_split, "attack_data": "forget_retain",
             **({"weights": "fp32"} if weights == "bf16" else {})}
 
 
 def _label(change: dict) -> str:
-    """How an attack variant is named in its table: its changes of the protocol, ``key value``."""
+    """A variant's name: its changes of the protocol, ``key value``."""
     return ", ".join(f"{k} {parameters._fmt(v)}" for k, v in change.items() if k != "eval_epochs")
 
 
 def _by_epoch(recs: list[dict], horizon: bool) -> list[tuple[int | None, list[dict]]]:
-    """The attack numbers of ``recs`` (one per seed): per evaluated epoch of a horizon run (its
-    ``epochs`` record, ΔES from the ES before), else its end (``row``); ``[]`` without records."""
+    """The attack numbers of ``recs`` (one per seed): per evaluated epoch of a horizon run, else its end."""
     if not recs:
         return []
     if not horizon:
@@ -75,14 +67,14 @@ def _found(rec, attack_params: dict) -> dict | None:
 
 
 def _before(split: str, family: str, label: str, before: dict) -> dict:
-    """The row of a checkpoint before the attack (from its first protocol attack, else its 05 row)."""
+    """A checkpoint before the attack (from its first protocol attack, else its 05 row)."""
     return {"split": split, "family": family, "variant": "before the attack", "model": label, "seeds": 0,
             "es_after": before.get("es_before", before.get("es")), "es_after_range": 0.0, "delta_es": 0.0,
             "model_utility_after": before.get("model_utility_before", before.get("model_utility"))}
 
 
 def _after(split: str, family: str, variant: str, label: str, epoch_rows: list[dict], target_mu: float) -> dict:
-    """The row of one attack (one variant, one epoch) over its seeds: mean ES after and its range."""
+    """One attack (variant, epoch) over its seeds: the mean ES after and its range."""
     es = [e["es"] for e in epoch_rows]
     return {"split": split, "family": family, "variant": variant, "model": label, "seeds": len(es),
             "es_after": float(np.mean(es)), "es_after_range": float(np.ptp(es)) if len(es) > 1 else np.nan,
@@ -92,7 +84,7 @@ def _after(split: str, family: str, variant: str, label: str, epoch_rows: list[d
 
 
 def _family(rec, split: str, family: str, changes: tuple, used: list[str]) -> list[dict]:
-    """The rows of one family of variants on one split: per checkpoint, before, the protocol, each change."""
+    """One family on one split: per checkpoint, before the attack, the protocol, each change."""
     planned = rec.planned("06_attacks", variants_file(family, split))
     runs_of = list(dict.fromkeys(s.params["unlearned_run"] for s in planned))
     seeds = sorted({s.params["seed"] for s in planned})
@@ -116,9 +108,8 @@ def _family(rec, split: str, family: str, changes: tuple, used: list[str]) -> li
 
 
 def _worst(table: pd.DataFrame) -> pd.DataFrame:
-    """Per split and model, the attack with the highest mean ES after among those keeping Model
-    Utility at least :data:`UTILITY_BOUND` of the target's (none where every attack costs more),
-    with how many attacks qualified of how many."""
+    """Per split and model, the attack with the highest mean ES after of those keeping Model Utility
+    at least :data:`UTILITY_BOUND` of the target's (TamperBench's), and how many did of how many."""
     attacked = table[table.seeds.gt(0)].drop_duplicates(["split", "variant", "model"])
     attacked = attacked.assign(within=attacked.model_utility_after >= UTILITY_BOUND * attacked.target_model_utility)
     worst = []
@@ -133,10 +124,8 @@ def _worst(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def multiple_choice(rec, found: list[tuple[str, dict]]) -> pd.DataFrame:
-    """The paper's multiple-choice family on the target (:data:`MC_TARGET`) and the variants'
-    checkpoints: per split and model, the mean over attack seeds of lm-eval's 4-way accuracy on
-    the forget set and on the utility sets (real authors, world facts) before and after the
-    forget+retain attack, with chance."""
+    """Per split and model (the target first), the mean over seeds of lm-eval's 4-way accuracy on the
+    forget and the utility sets before and after the protocol's attack, with chance."""
     if not found:
         return sourced(pd.DataFrame(), [])
     rows = [{"split": split, "model": rec.label(row(r)["unlearned_run"]) if row(r)["unlearned_run"] else "target",
@@ -148,11 +137,8 @@ def multiple_choice(rec, found: list[tuple[str, dict]]) -> pd.DataFrame:
 
 
 def build(book) -> dict[Table, pd.DataFrame]:
-    """The chapter: ``attack_variants`` (per family, variant and model: the seeds recorded, the mean
-    ES after with the seeds' range, ΔES and Model Utility after; each family's first rows are the
-    model before the attack and the protocol's attack, a horizon's rows its evaluations after each
-    epoch), ``attack_worst`` (:func:`_worst`, TamperBench's strongest attack within a utility bound)
-    and ``multiple_choice``. Empty until a variant is recorded."""
+    """The chapter: per family, variant and model, the seeds, the mean ES after and its range, ΔES
+    and Model Utility after; the worst attack; multiple choice. Empty until a variant is recorded."""
     rec, rows, used, mc = book.records, [], [], []
     for split in VARIANT_SPLITS:
         for family in (MC_TARGET, *ATTACK_VARIANTS):
