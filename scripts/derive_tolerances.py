@@ -1,4 +1,4 @@
-"""Write papermill_runs/tolerance.yaml from the measured spread (issue 43).
+"""Write papermill_runs/tolerance.yaml from the measured spread (the target seeds and the second target).
 
     python scripts/derive_tolerances.py
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from frag_utils import parameters, paths
-from frag_utils.report import analysis, book, claims, controls, frontier, paper, recorded, stats, targets, variants
+from frag_utils.report import analysis, book, controls, frontier, paper, recorded, stats, targets, variants
 from frag_utils.report import grid as grid_chapter
 from frag_utils.report.recorded import Records
 
@@ -63,7 +63,7 @@ def _book(*families, n_boot=20):
 
 def _table1_claims():
     rec = Records("smol")
-    return claims.table1_claims(rec, paper.grid_rows(rec)[0])
+    return paper.table1_claims(rec, paper.grid_rows(rec)[0])
 
 
 @pytest.fixture(scope="module")
@@ -211,7 +211,7 @@ def test_a_rerun_with_other_parameters_is_the_users_and_a_copy_of_a_grid_run_is_
 
 
 def test_a_seed_repeat_must_be_the_same_attack_at_a_new_seed():
-    _same_attack_but_the_seed = claims.same_attack_but_the_seed
+    _same_attack_but_the_seed = paper.same_attack_but_the_seed
 
     def rec(run, seed, lr=2e-4, unlearned="u"):
         return {"run": run, "provenance": {"params": {"run_name": run, "unlearned_run": unlearned, "seed": seed,

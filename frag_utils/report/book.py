@@ -9,10 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from . import claims, controls, declared, frontier, grid, paper, plots, targets, variants
+import pandas as pd
+
+from . import controls, declared, frontier, grid, paper, plots, targets, variants
 from .recorded import GRID_05, GRID_06, SEEDS_06, Records
 
-FAMILIES = (frontier, paper, claims, targets, controls, variants, grid)  # the chapters, in order
+FAMILIES = (frontier, paper, targets, controls, variants, grid)  # the chapters, in order
 
 
 def tables() -> list[declared.Table]:
@@ -29,6 +31,8 @@ class Book:
         self.records = Records(profile, grid_05, grid_06, seeds_06)
         self.n_boot, self.min_utility_fraction = n_boot, min_utility_fraction
         self.built: dict[declared.Table, Any] = {}
+        # what a chapter keeps for later ones (the paper's Table 3, the frontier's): empty until it runs
+        self.frontier_table3 = self.table3 = self.table3_checkpoints = declared.sourced(pd.DataFrame(), [])
         print(f"{len(self.records.method_runs)} notebook-05 and {len(self.records.all_attacks)} notebook-06 records "
               f"of profile {profile!r}; stale attack records left out (their 05 run was redone or removed): "
               f"{self.records.stale or 'none'}")
