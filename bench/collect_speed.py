@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from frag_utils.report import book, stats  # noqa: E402
+from frag_utils.report import book, frontier, stats  # noqa: E402
 
 from _common import machine, timed  # noqa: E402
 
@@ -39,7 +39,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
 
-    models = book.Book("smol", n_boot=1).chapter(book.frontier, display=False)["frontier_models"]
+    models = book.Book("smol", n_boot=1).chapter(frontier, display=False)["frontier_models"]
     chosen = models[models.attack_seeds.gt(0) & models.healthy_paper]
     if len(chosen) < 4:
         sys.exit("bench/collect_speed.py needs the committed smol frontier's attacks (4 healthy attacked checkpoints).")

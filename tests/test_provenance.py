@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from frag_utils import paths, records
-from frag_utils.report import book, declared, grid
+from frag_utils.report import book, grid
 
 
 def test_each_table_and_figure_is_declared_once():
@@ -18,10 +18,10 @@ def test_each_table_and_figure_is_declared_once():
 
 
 def test_a_table_without_its_source_runs_is_not_written(tmp_path):
-    table = declared.Table("unsourced")
+    table = book.Table("unsourced")
     with pytest.raises(ValueError, match="without its source runs"):
-        declared.write(tmp_path, {}, {table: pd.DataFrame({"a": [1]})})
-    declared.write(tmp_path, records.derived_provenance("test"), {table: declared.sourced(pd.DataFrame({"a": [1]}),
+        book.write(tmp_path, {}, {table: pd.DataFrame({"a": [1]})})
+    book.write(tmp_path, records.derived_provenance("test"), {table: book.sourced(pd.DataFrame({"a": [1]}),
                                                                                          [])})
     assert json.loads((tmp_path / "unsourced.provenance.json").read_text())["provenance"]["source_runs"] == {}
 
@@ -32,7 +32,7 @@ def written(tmp_path_factory):
     does not depend on them), as the notebook's last cell writes it."""
     out = tmp_path_factory.mktemp("figures")
     smol = book.Book("smol", n_boot=2)
-    for family in book.FAMILIES:
+    for family in book.families():
         smol.chapter(family, display=False)
     names = smol.write(out, records.derived_provenance("09_figures", {"profile": "smol"}))
     return out, names

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import analysis, plots, tables
-from .declared import Table, sourced
+from .book import Table, sourced
 from .recorded import (
     ABLATIONS_05,
     ABLATIONS_06,

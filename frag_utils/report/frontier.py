@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import analysis, plots, tables
-from .declared import Table, sourced
+from .book import Table, sourced
 from .recorded import FRONTIER_05, FRONTIER_06, FRONTIER_07, concat, made, row, scored_by_07, seed_deltas, short_label
 
 STRENGTH = {"strength": "g"}

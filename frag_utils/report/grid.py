@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from .. import costs, parameters, runs
-from .declared import Table, sourced
+from .book import Table, sourced
 from .recorded import DENSE, PROTOCOL_PILOT, STRENGTH_PILOT, name, params, row
 
 RATES = dict.fromkeys(("lr", "rmu_coeff", "model_lr"), "g")

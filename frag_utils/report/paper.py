@@ -9,7 +9,7 @@ import pandas as pd
 
 from .. import drift
 from . import analysis, plots, tables
-from .declared import Table, sourced
+from .book import Table, sourced
 from .recorded import MARGIN_SEEDS_06, concat, made, params, row, short_label
 
 UNLEARNED_MODELS, TABLE1, TABLE1_PER_SPLIT = Table("unlearned_models"), Table("table1"), Table("table1_per_split")

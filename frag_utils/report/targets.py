@@ -6,7 +6,7 @@ import pandas as pd
 
 from .. import drift, paths
 from . import tables
-from .declared import Table, sourced
+from .book import Table, sourced
 from .recorded import SECOND_TARGET_06, row, short_label
 
 TARGET_SEEDS, SECOND_TARGET = Table("target_seeds"), Table("second_target")

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 
 from .. import parameters
-from .declared import Table, sourced
+from .book import Table, sourced
 from .recorded import row
 
 VARIANTS, WORST, MULTIPLE_CHOICE = Table("attack_variants"), Table("attack_worst"), Table("multiple_choice")
