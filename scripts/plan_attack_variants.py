@@ -22,7 +22,7 @@ import yaml
 
 from frag_utils.report import frontier, variants
 from frag_utils.report.recorded import FRONTIER_05, Records, name, row
-from frag_utils.report.variants import ATTACK_VARIANTS, MC_TARGET, variant_base, variants_file
+from frag_utils.report.variants import ATTACK_VARIANTS, MC_FAMILY, MC_TARGET, variant_base, variants_file
 
 SEEDS = (42, 1)
 
@@ -66,7 +66,7 @@ def attack_variants(rec: Records, forget_split: str, seeds: tuple[int, ...] = SE
         plans[family] = [e for e in entries if rec.key(e) not in elsewhere]
     plans[MC_TARGET] = [{**rec.protocol, "model": "profile-target", "forget_split": forget_split,
                          "attack_data": "forget_retain", "weights": "fp32", "seed": seed, **change}
-                        for seed in seeds for change in ATTACK_VARIANTS["multiple_choice"]]
+                        for seed in seeds for change in ATTACK_VARIANTS[MC_FAMILY]]
     return plans
 
 

@@ -14,6 +14,7 @@ VARIANTS, WORST, MULTIPLE_CHOICE = Table("attack_variants"), Table("attack_worst
 DECLARED = (VARIANTS, WORST, MULTIPLE_CHOICE)
 
 VARIANT_SPLITS = ("forget10",)
+MC_FAMILY = "multiple_choice"  # a family of variant files: the protocol's attack with multiple choice
 # each family's file (variants_file) varies one setting of the protocol's attack
 ATTACK_VARIANTS = {
     "attack_lr": ({"lr": 5e-5}, {"lr": 1e-4}, {"lr": 4e-4}),  # the protocol's 2e-4 x 1/4, 1/2, 2
@@ -22,7 +23,7 @@ ATTACK_VARIANTS = {
     "attack_horizon": ({"epochs": 10, "eval_epochs": "1,2,3,5,10"},),
     "attack_lora": ({"lora_rank": 16, "lr": 1e-3},),  # LoRA at 5x the protocol's rate, as LoRA is usually run
     # not a variant: the protocol's attack again with lm-eval's multiple choice before and after it
-    "multiple_choice": ({"eval_mc": True},),
+    MC_FAMILY: ({"eval_mc": True},),
 }
 MC_CHANCE = 0.25  # four options (frag_utils.multiple_choice)
 # the target's own protocol attack with multiple choice (its file apart: the reference row of the
@@ -142,7 +143,7 @@ def build(book) -> dict[Table, pd.DataFrame]:
     rec, rows, used, mc = book.records, [], [], []
     for split in VARIANT_SPLITS:
         for family in (MC_TARGET, *ATTACK_VARIANTS):
-            if family in (MC_TARGET, "multiple_choice"):
+            if family in (MC_TARGET, MC_FAMILY):
                 planned = rec.planned("06_attacks", variants_file(family, split))
                 mc += [(split, r) for r in (_found(rec, s.params) for s in planned) if r is not None]
             else:
