@@ -3,7 +3,7 @@ scored on the committed smol frontier's attacked checkpoints healthy by the pape
 against their ΔES per seed, as its listing rounds them), 2000 resamples as notebook 09 draws them:
 resample by resample, each stratum (a drawn method's checkpoints on one forget split) ranked on
 its own (the path before, `loop`), against every resample's strata ranked together by size
-(`analysis.stratified_spearman` today). The draws must be identical, bit for bit (the committed
+(`stats.stratified_spearman` today). The draws must be identical, bit for bit (the committed
 tables regenerate byte for byte); target: today's at most a tenth of the loop's time.
 Writes bench/results/collect_speed.json.
 """
