@@ -13,20 +13,15 @@ import re
 from pathlib import Path
 
 from . import paths
+from .report import book
 
+# block name -> the Markdown file whose content fills it: each table notebook 09 declares with a
+# docs block (frag_utils.report.book.tables) is smol-<name>, its name with dashes
 BLOCKS = {
     "smol-models": "papermill_runs/02_target_and_gold/smol/models.md",
     "smol-utility": "papermill_runs/02_target_and_gold/smol/utility_components.md",
     "smol-frag": "papermill_runs/04_frag/smol/scores.md",
-    **{f"smol-{name.replace('_', '-')}": f"figures/smol/{name}.md"
-       for name in ("unlearned_models", "table1", "table1_per_split", "table3_by_precision",
-                    "table3_by_precision_checkpoints", "table3_recovered", "table3_extended", "claims", "claims_fp32",
-                    "claims_table1", "strength_pilot", "protocol_pilot", "grid_times", "noise_controls",
-                    "matched_controls", "ablation_lambda", "ablation_sparsity", "ablation_scoring",
-                    "attack_precision", "frontier_models", "frontier_utility_parts", "frontier_table3",
-                    "frontier_recovered", "frontier_matched_utility", "frontier_lmc", "frontier_importance",
-                    "table3_importance", "table3_lmc", "headline", "target_seeds",
-                    "second_target", "attack_variants", "attack_worst", "multiple_choice")},
+    **{f"smol-{t.name.replace('_', '-')}": f"figures/smol/{t.name}.md" for t in book.tables() if t.block},
     "bench": "bench/results/summary.md",
 }
 

@@ -1,4 +1,4 @@
-"""Write papermill_runs/tolerance.yaml from the measured spread (issue 43).
+"""Write papermill_runs/tolerance.yaml from the measured spread (the target seeds and the second target).
 
     python scripts/derive_tolerances.py
 
@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 
 from frag_utils import drift
-from frag_utils.report import collect
+from frag_utils.report import book, paper, targets
 
 
 def main() -> None:
@@ -43,12 +43,13 @@ def main() -> None:
               "tolerances (frag run 02_target_and_gold -f smol/02_target_and_gold.seeds.yaml records the others)")
         lines += [f"# Evaluation numbers: kept until the target seeds {', '.join(drift.SEED_RUNS)} are all recorded",
                   "# (set from one cross-machine remake, 2026-11-25)."]
-    grid = collect.Collection("smol")
-    checkpoints = grid.table1(n_boot=1)["table3_checkpoints"]
+    smol = book.Book("smol", n_boot=1)
+    smol.chapter(paper, display=False)
+    checkpoints = smol.table3_checkpoints
     attack = drift.attack_seed_range(list(checkpoints.delta_es))
     derived["delta_es"] = math.ceil(attack * 100 - 1e-9) / 100
     lines += [f"# ΔES: the largest range over the three attack seeds of a Table 3 checkpoint, {attack:.4f}."]
-    shifts = drift.target_shifts(grid.targets(checkpoints)["second_target"])
+    shifts = drift.target_shifts(targets.second_target(smol.records, checkpoints))
     if shifts:  # the unlearned and attacked models' numbers move with the target's seed: at least that far
         lines += ["# ES before and after the attack and ΔES: at least their largest shift between a forget10 Table 3",
                   "# checkpoint of the seed-42 target and its twin from the seed-43 target, rounded up to 0.01:"]

@@ -1,4 +1,4 @@
-"""Write the healthy frontier's attack and ablation files from the unlearning records (issue 39).
+"""Write the healthy frontier's attack and ablation files from the unlearning records.
 
     python scripts/plan_frontier_attacks.py [--profile smol]
 
@@ -18,7 +18,14 @@ import argparse
 
 import yaml
 
-from frag_utils.report import collect
+from frag_utils.report import frontier
+from frag_utils.report.recorded import FRONTIER_06, FRONTIER_07, Records
+
+FRONTIER_SEEDS = (42, 1)  # the attack seeds of each healthy checkpoint: attack.sh's, then one more
+# the frontier's notebook-07 settings: the paper profile's (papermill_runs/params/paper/07_ablations.yaml)
+# on the smol target
+FRONTIER_ABLATION = {"original": "profile-target", "prompt_template": "openunlearning", "n_calib": 128, "ig_steps": 4,
+                     "lmc_stride": 0.05}
 
 HEADER = """# {profile}: the healthy frontier's relearning attacks on {split} (issue 39), written by
 # scripts/plan_frontier_attacks.py from the records of 05_unlearn.frontier.yaml: every checkpoint that
@@ -36,26 +43,35 @@ HEADER_07 = """# {profile}: the loss barrier and FRAG's importance terms on the 
 """
 
 
+def frontier_attacks(rec: Records, forget_split: str, seeds: tuple[int, ...] = FRONTIER_SEEDS) -> list[dict]:
+    """The grid's forget+retain attack of each frontier checkpoint on ``forget_split`` that forgets and
+    is healthy by either rule, at each seed (the first for every checkpoint before the next)."""
+    models = frontier.candidates(rec)
+    chosen = models[(models.healthy_paper | models.healthy_parts) & models.forget_split.eq(forget_split)]
+    return [{**rec.protocol, "unlearned_run": run.split("/", 1)[1], "forget_split": forget_split,
+             "attack_data": "forget_retain", "seed": seed} for seed in seeds for run in chosen.run]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="smol")
     args = parser.parse_args()
-    grid = collect.Collection(args.profile)
-    for file in collect.FRONTIER_06:
+    rec = Records(args.profile)
+    for file in FRONTIER_06:
         split = file.split("_")[-1].split(".")[0]
-        entries = grid.frontier_attack_plan(split)
+        entries = frontier_attacks(rec, split)
         if not entries:
             print(f"{file}: no healthy checkpoint on {split} recorded yet; not written")
             continue
         body = yaml.safe_dump(entries, sort_keys=False, default_flow_style=None, width=1000)  # an entry a line
         text = HEADER.format(profile=args.profile, split=split) + body
-        (grid.params_dir / file).write_text(text)
-        print(f"{file}: {len(entries)} attacks of {len(entries) // len(collect.FRONTIER_SEEDS)} checkpoints")
+        (rec.params_dir / file).write_text(text)
+        print(f"{file}: {len(entries)} attacks of {len(entries) // len(FRONTIER_SEEDS)} checkpoints")
         checkpoints = list(dict.fromkeys(e["unlearned_run"] for e in entries))
-        ablation = {"profile": args.profile, **collect.FRONTIER_ABLATION, "forget_split": split,
+        ablation = {"profile": args.profile, **FRONTIER_ABLATION, "forget_split": split,
                     "unlearned_runs": ",".join(checkpoints)}
-        file_07 = collect.FRONTIER_07[collect.FRONTIER_06.index(file)]
-        (grid.params_dir / file_07).write_text(HEADER_07.format(profile=args.profile, split=split)
+        file_07 = FRONTIER_07[FRONTIER_06.index(file)]
+        (rec.params_dir / file_07).write_text(HEADER_07.format(profile=args.profile, split=split)
                                                + yaml.safe_dump([ablation], sort_keys=False, width=100000))
         print(f"{file_07}: the barrier and the importance terms of {len(checkpoints)} checkpoints")
 

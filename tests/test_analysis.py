@@ -4,6 +4,7 @@ import pytest
 from scipy import stats
 
 from frag_utils.report import analysis as A
+from frag_utils.report import stats as S
 
 
 def _slow_spearman(x, y):
@@ -31,41 +32,41 @@ def test_spearman_matches_the_rank_definition_with_ties():
     for _ in range(20):
         x = rng.integers(0, 5, 12).astype(float)  # many ties
         y = x * 0.5 + rng.normal(size=12)
-        assert A.spearman(x, y) == pytest.approx(_slow_spearman(x, y), abs=1e-12)
+        assert S.spearman(x, y) == pytest.approx(_slow_spearman(x, y), abs=1e-12)
 
 
 def test_spearman_is_nan_for_constant_or_tiny_inputs_and_refuses_unequal_lengths():
-    assert np.isnan(A.spearman([1, 1, 1, 1], [1, 2, 3, 4]))
-    assert np.isnan(A.spearman([1, 2], [2, 1]))
+    assert np.isnan(S.spearman([1, 1, 1, 1], [1, 2, 3, 4]))
+    assert np.isnan(S.spearman([1, 2], [2, 1]))
     with pytest.raises(ValueError, match="differ in length"):
-        A.spearman([1, 2, 3], [1, 2])
+        S.spearman([1, 2, 3], [1, 2])
 
 
 def test_bootstrap_interval_agrees_with_scipy_percentile_bootstrap():
     rng = np.random.default_rng(1)
     x = rng.normal(size=15)
     y = -x + rng.normal(scale=1.0, size=15)
-    ours = A.bootstrap_spearman(x, y, n_boot=4000, seed=3)
+    ours = S.bootstrap_spearman(x, y, n_boot=4000, seed=3)
     ref = stats.bootstrap((x, y), lambda a, b: stats.spearmanr(a, b).statistic, paired=True, vectorized=False,
                           n_resamples=4000, method="percentile", random_state=5).confidence_interval
     assert ours["rho"] == pytest.approx(stats.spearmanr(x, y).statistic)
     assert ours["low"] == pytest.approx(ref.low, abs=0.06) and ours["high"] == pytest.approx(ref.high, abs=0.06)
     assert ours["low"] < ours["rho"] < ours["high"]
-    assert A.bootstrap_spearman(x, y, n_boot=200, seed=3) == A.bootstrap_spearman(x, y, n_boot=200, seed=3)
+    assert S.bootstrap_spearman(x, y, n_boot=200, seed=3) == S.bootstrap_spearman(x, y, n_boot=200, seed=3)
 
 
 def test_bootstrap_of_a_monotone_relation_is_one_and_skips_degenerate_draws():
     x = np.arange(4.0)
-    res = A.bootstrap_spearman(x, 2 * x + 1, n_boot=500, seed=0)
+    res = S.bootstrap_spearman(x, 2 * x + 1, n_boot=500, seed=0)
     assert res["rho"] == 1.0 and res["low"] == 1.0 and res["high"] == 1.0
     assert res["n_degenerate"] > 0  # with n = 4 some draws repeat one point
 
 
 def test_bootstrap_refuses_bad_settings():
     with pytest.raises(ValueError):
-        A.bootstrap_spearman([1, 2, 3], [1, 2, 3], n_boot=0)
+        S.bootstrap_spearman([1, 2, 3], [1, 2, 3], n_boot=0)
     with pytest.raises(ValueError):
-        A.bootstrap_spearman([1, 2, 3], [1, 2, 3], level=1.0)
+        S.bootstrap_spearman([1, 2, 3], [1, 2, 3], level=1.0)
 
 
 def test_healthy_excludes_noise_controls_and_collapsed_models_with_the_reason():
@@ -92,8 +93,8 @@ def test_predictor_table_reports_each_subset_and_predictor():
 def test_bootstrap_drops_non_finite_pairs_for_rho_and_interval_alike():
     rng = np.random.default_rng(2)
     x, y = rng.normal(size=12), rng.normal(size=12)
-    with_nan = A.bootstrap_spearman(np.append(x, np.nan), np.append(y, 0.3), n_boot=300, seed=1)
-    clean = A.bootstrap_spearman(x, y, n_boot=300, seed=1)
+    with_nan = S.bootstrap_spearman(np.append(x, np.nan), np.append(y, 0.3), n_boot=300, seed=1)
+    clean = S.bootstrap_spearman(x, y, n_boot=300, seed=1)
     assert with_nan["n_dropped"] == 1 and with_nan["n"] == 12
     assert (with_nan["rho"], with_nan["low"], with_nan["high"]) == (clean["rho"], clean["low"], clean["high"])
 
@@ -115,7 +116,7 @@ def test_paper_table3_takes_one_main_checkpoint_per_method_and_split_without_ga(
     table = A.paper_table3(chosen, n_boot=50)
     by = table.set_index(["subset", "predictor"])
     assert by.loc[("all", "l2_all"), "n"] == 15 and by.loc[("w/o FRP", "l2_all"), "n"] == 12
-    slow = A.spearman(chosen[chosen.method != "frp"].l2_all, chosen[chosen.method != "frp"].delta_es)
+    slow = S.spearman(chosen[chosen.method != "frp"].l2_all, chosen[chosen.method != "frp"].delta_es)
     assert by.loc[("w/o FRP", "l2_all"), "rho"] == pytest.approx(slow)
     with pytest.raises(ValueError, match="More than one main checkpoint"):
         A.paper_table3_checkpoints(df, main | {"npo_forget10_sweep"})
@@ -157,13 +158,13 @@ def test_bootstrap_over_seeds_carries_the_seed_noise_and_reduces_to_the_pairs_bo
     truth = -x + rng.normal(scale=0.5, size=14)
     quiet = [[v, v, v] for v in truth]  # three seeds that agree: the checkpoint bootstrap alone
     noisy = [v + rng.normal(scale=1.5, size=3) for v in truth]
-    plain = A.bootstrap_spearman(x, truth, n_boot=3000, seed=7)
-    same = A.bootstrap_spearman(x, quiet, n_boot=3000, seed=7)
+    plain = S.bootstrap_spearman(x, truth, n_boot=3000, seed=7)
+    same = S.bootstrap_spearman(x, quiet, n_boot=3000, seed=7)
     assert same["rho"] == plain["rho"] and same["n_seeds"] == [3] * 14
     assert same["low"] == pytest.approx(plain["low"], abs=0.05)
     assert same["high"] == pytest.approx(plain["high"], abs=0.05)
-    wide = A.bootstrap_spearman(x, noisy, n_boot=3000, seed=7)
-    means = A.bootstrap_spearman(x, [np.mean(v) for v in noisy], n_boot=3000, seed=7)
+    wide = S.bootstrap_spearman(x, noisy, n_boot=3000, seed=7)
+    means = S.bootstrap_spearman(x, [np.mean(v) for v in noisy], n_boot=3000, seed=7)
     assert wide["rho"] == means["rho"]  # rho against each checkpoint's mean over its seeds
     assert wide["high"] - wide["low"] > (means["high"] - means["low"]) + 0.05  # and the seeds widen the interval
 
@@ -171,7 +172,7 @@ def test_bootstrap_over_seeds_carries_the_seed_noise_and_reduces_to_the_pairs_bo
 def test_bootstrap_over_seeds_drops_non_finite_seeds_and_empty_checkpoints():
     x = [1.0, 2.0, 3.0, 4.0, 5.0]
     y = [[0.5, np.nan], [0.4], [np.nan], [0.2, 0.25], [0.1]]
-    res = A.bootstrap_spearman(x, y, n_boot=200, seed=0)
+    res = S.bootstrap_spearman(x, y, n_boot=200, seed=0)
     assert res["n"] == 4 and res["n_dropped"] == 1 and res["n_seeds"] == [1, 1, 2, 1]
     assert res["rho"] == pytest.approx(-1.0)
 
@@ -201,7 +202,7 @@ def test_claims_put_the_paper_the_authors_recomputation_and_ours_side_by_side_wi
     # L2 against FRAG through the paired gap of the checkpoints, not the two separate intervals
     l2 = c.loc[("all", "l2_all")]
     assert l2.verdict.startswith("supported: ρ(L2) > ρ(FRAG)") and l2.paper_1B == -0.56
-    gap = A.bootstrap_spearman_gap(checkpoints.FRAG_x100, checkpoints.l2_all, list(checkpoints.delta_es), n_boot=200)
+    gap = S.bootstrap_spearman_gap(checkpoints.FRAG_x100, checkpoints.l2_all, list(checkpoints.delta_es), n_boot=200)
     assert gap["gap"] == pytest.approx(2.0) and gap["low"] > 0 and f"{gap['gap']:+.2f}" in l2.verdict
     # fewer checkpoints than the paper's protocol plans: the numbers, but no verdict
     # L2 above a FRAG that does not itself correlate negatively: not the paper's claim
@@ -257,11 +258,11 @@ def test_the_gap_of_two_predictors_uses_the_resamples_of_each_one_alone():
     rng = np.random.default_rng(3)
     y = [list(rng.normal(0, 1, 3)) for _ in range(12)]
     a, b = rng.normal(0, 1, 12), rng.normal(0, 1, 12)
-    gap = A.bootstrap_spearman_gap(a, b, y, n_boot=300, seed=5)
-    ra, rb = A.bootstrap_spearman(a, y, n_boot=300, seed=5), A.bootstrap_spearman(b, y, n_boot=300, seed=5)
+    gap = S.bootstrap_spearman_gap(a, b, y, n_boot=300, seed=5)
+    ra, rb = S.bootstrap_spearman(a, y, n_boot=300, seed=5), S.bootstrap_spearman(b, y, n_boot=300, seed=5)
     assert gap["gap"] == pytest.approx(rb["rho"] - ra["rho"])
     # the same draws: a predictor against itself has a gap of exactly 0 in every resample
-    same = A.bootstrap_spearman_gap(a, a, y, n_boot=300)
+    same = S.bootstrap_spearman_gap(a, a, y, n_boot=300)
     assert same["gap"] == 0 and same["low"] == 0 and same["high"] == 0
 
 
@@ -324,7 +325,7 @@ def test_table1_claims_compare_frp_with_the_lowest_baseline_and_flag_collapsed_m
     assert (A.table1_claims(table1, 0.3, weights="fp32").verdict == "not measured yet").all()  # no fp32 baseline
 
 
-# -- intervals and p-values that respect how the checkpoints were made (issue 39) -------------------
+# -- intervals and p-values that respect how the checkpoints were made -------------------------------
 
 def _clustered(method_effect: bool, seed: int = 0):
     """Six methods of six checkpoints each. With ``method_effect`` every method shifts x and ΔES
@@ -344,19 +345,19 @@ def _clustered(method_effect: bool, seed: int = 0):
 
 def test_resampling_methods_widens_the_interval_when_checkpoints_of_a_method_are_not_independent():
     x, y, groups = _clustered(method_effect=True)
-    flat = A.bootstrap_spearman(x, y, n_boot=2000, seed=1)
-    nested = A.bootstrap_spearman(x, y, n_boot=2000, seed=1, groups=groups)
+    flat = S.bootstrap_spearman(x, y, n_boot=2000, seed=1)
+    nested = S.bootstrap_spearman(x, y, n_boot=2000, seed=1, groups=groups)
     assert flat["rho"] == nested["rho"] and nested["n_groups"] == 6 and flat["n_groups"] == 36
     assert nested["high"] - nested["low"] > 2.5 * (flat["high"] - flat["low"]), (flat, nested)
-    gap_flat = A.bootstrap_spearman_gap(x, -x + 0.01 * y, y, n_boot=1000, seed=1)
-    gap_nested = A.bootstrap_spearman_gap(x, -x + 0.01 * y, y, n_boot=1000, seed=1, groups=groups)
+    gap_flat = S.bootstrap_spearman_gap(x, -x + 0.01 * y, y, n_boot=1000, seed=1)
+    gap_nested = S.bootstrap_spearman_gap(x, -x + 0.01 * y, y, n_boot=1000, seed=1, groups=groups)
     assert gap_nested["high"] - gap_nested["low"] > gap_flat["high"] - gap_flat["low"]
 
 
 def test_resampling_methods_leaves_the_interval_alone_when_checkpoints_are_independent():
     x, y, groups = _clustered(method_effect=False)
-    flat = A.bootstrap_spearman(x, y, n_boot=3000, seed=1)
-    nested = A.bootstrap_spearman(x, y, n_boot=3000, seed=1, groups=groups)
+    flat = S.bootstrap_spearman(x, y, n_boot=3000, seed=1)
+    nested = S.bootstrap_spearman(x, y, n_boot=3000, seed=1, groups=groups)
     ratio = (nested["high"] - nested["low"]) / (flat["high"] - flat["low"])
     assert 0.75 < ratio < 1.35, ratio
 
@@ -369,7 +370,7 @@ def test_resampling_without_groups_draws_exactly_as_before():
     for _ in range(200):
         idx = rng.integers(0, 36, 36)
         rhos.append(stats.spearmanr(x[idx], y[idx]).statistic)
-    res = A.bootstrap_spearman(x, y, n_boot=200, seed=4)
+    res = S.bootstrap_spearman(x, y, n_boot=200, seed=4)
     assert np.allclose((res["low"], res["high"]), np.quantile(rhos, [0.025, 0.975]), rtol=0, atol=1e-12)
 
 
@@ -385,7 +386,7 @@ def test_permutation_p_values_equal_an_exhaustive_enumeration_on_a_small_case():
     y = np.array([0.9, 0.4, 0.8, 0.1, 0.5, 0.3])
     rho = stats.spearmanr(x, y).statistic
     null = [stats.spearmanr(x, y[list(p)]).statistic for p in itertools.permutations(range(6))]
-    res = A.permutation_spearman(x, y, n_perm=1000)
+    res = S.permutation_spearman(x, y, n_perm=1000)
     assert res["exact"] and res["n_perm"] == 720
     assert res["rho"] == pytest.approx(rho) and res["p"] == pytest.approx(_p_by_hand(null, rho))
     # the gap: swap the two predictors' ranks within any subset of the checkpoints (2^6 ways)
@@ -397,7 +398,7 @@ def test_permutation_p_values_equal_an_exhaustive_enumeration_on_a_small_case():
         a_ = [rb[i] if f else ra[i] for i, f in enumerate(flips)]
         b_ = [ra[i] if f else rb[i] for i, f in enumerate(flips)]
         null.append(stats.spearmanr(b_, y).statistic - stats.spearmanr(a_, y).statistic)
-    res = A.permutation_spearman_gap(x, b, y, n_perm=1000)
+    res = S.permutation_spearman_gap(x, b, y, n_perm=1000)
     assert res["exact"] and res["n_perm"] == 64
     assert res["gap"] == pytest.approx(gap) and res["p"] == pytest.approx(_p_by_hand(null, gap))
     # within strata: y reordered only inside each method (3! x 3! ways), the stratified ρ as statistic
@@ -407,7 +408,7 @@ def test_permutation_p_values_equal_an_exhaustive_enumeration_on_a_small_case():
         return (stats.spearmanr(x[:3], yy[:3]).statistic + stats.spearmanr(x[3:], yy[3:]).statistic) / 2
     null = [strat(y[list(p) + [3 + i for i in q]]) for p in itertools.permutations(range(3))
             for q in itertools.permutations(range(3))]
-    res = A.permutation_spearman(x, y, n_perm=1000, strata=groups)
+    res = S.permutation_spearman(x, y, n_perm=1000, strata=groups)
     assert res["exact"] and res["n_perm"] == 36
     assert res["rho"] == pytest.approx(strat(y)) and res["p"] == pytest.approx(_p_by_hand(null, strat(y)))
 
@@ -416,8 +417,8 @@ def test_random_permutations_approach_the_exact_p_value():
     rng = np.random.default_rng(2)
     x = rng.normal(size=7)
     y = 0.5 * x + rng.normal(size=7)
-    exact = A.permutation_spearman(x, y, n_perm=5040)
-    sampled = A.permutation_spearman(x, y, n_perm=4000, seed=3)
+    exact = S.permutation_spearman(x, y, n_perm=5040)
+    sampled = S.permutation_spearman(x, y, n_perm=4000, seed=3)
     assert exact["exact"] and not sampled["exact"] and sampled["n_perm"] == 4000
     assert abs(exact["p"] - sampled["p"]) < 0.03
     assert 0 < sampled["p"] <= 1
@@ -429,14 +430,14 @@ def test_the_stratified_rho_is_the_weighted_mean_of_the_within_method_rhos():
     x = np.array([1, 2, 3, 4, 11, 12, 13, 21, 22, 23], float)
     y = np.array([0.4, 0.3, 0.35, 0.1, 0.7, 0.6, 0.5, 0.95, 0.8, 0.9])
     groups = ["a"] * 4 + ["b"] * 3 + ["c"] * 3
-    res = A.stratified_spearman(x, y, groups, n_boot=500, seed=0)
+    res = S.stratified_spearman(x, y, groups, n_boot=500, seed=0)
     per = {g: stats.spearmanr(x[np.array(groups) == g], y[np.array(groups) == g]).statistic for g in "abc"}
     assert res["rho"] == pytest.approx((4 * per["a"] + 3 * per["b"] + 3 * per["c"]) / 10)
     assert {g: r for g, (r, _) in res["per_group"].items()} == pytest.approx(per)
-    assert res["rho"] < 0 < A.spearman(x, y) and res["n_groups"] == 3
+    assert res["rho"] < 0 < S.spearman(x, y) and res["n_groups"] == 3
     assert res["low"] <= res["rho"] <= res["high"]
     # a method of two checkpoints has no within-method ρ: it counts in n, not in ρ
-    two = A.stratified_spearman(np.r_[x, 30, 31], np.r_[y, 0.1, 0.2], groups + ["d", "d"], n_boot=50)
+    two = S.stratified_spearman(np.r_[x, 30, 31], np.r_[y, 0.1, 0.2], groups + ["d", "d"], n_boot=50)
     assert two["rho"] == pytest.approx(res["rho"]) and two["n"] == 12 and np.isnan(two["per_group"]["d"][0])
 
 
@@ -449,8 +450,8 @@ def test_the_within_method_rho_is_taken_on_one_split_while_the_interval_draws_me
     methods = ["a"] * 6 + ["b"] * 6
     splits = (["forget10"] * 3 + ["forget05"] * 3) * 2
     cells = [f"{m} {s}" for m, s in zip(methods, splits)]
-    mixed = A.stratified_spearman(x, y, methods, n_boot=300, seed=0)
-    by_cell = A.stratified_spearman(x, y, methods, n_boot=300, seed=0, cells=cells)
+    mixed = S.stratified_spearman(x, y, methods, n_boot=300, seed=0)
+    by_cell = S.stratified_spearman(x, y, methods, n_boot=300, seed=0, cells=cells)
     assert mixed["rho"] < 0 and by_cell["rho"] == pytest.approx(1.0)
     assert set(by_cell["per_group"]) == set(cells) and by_cell["n_groups"] == 2  # two methods drawn, four cells
     # every resample draws whole methods and keeps their cells apart: each drawn cell still ranks
@@ -458,10 +459,10 @@ def test_the_within_method_rho_is_taken_on_one_split_while_the_interval_draws_me
     assert by_cell["low"] == pytest.approx(1.0) and by_cell["high"] == pytest.approx(1.0)
     # the permutation null reorders within cells: 3!^4 = 1296 orders, exact; two-sided, the all-reversed
     # order is as extreme
-    perm = A.permutation_spearman(x, y, n_perm=5000, strata=cells)
+    perm = S.permutation_spearman(x, y, n_perm=5000, strata=cells)
     assert perm["exact"] and perm["rho"] == pytest.approx(1.0) and perm["p"] == pytest.approx(2 / 6 ** 4)
     # cells equal to the methods are the method-level ρ, draw for draw
-    same = A.stratified_spearman(x, y, methods, n_boot=300, seed=0, cells=methods)
+    same = S.stratified_spearman(x, y, methods, n_boot=300, seed=0, cells=methods)
     assert (same["rho"], same["low"], same["high"]) == (mixed["rho"], mixed["low"], mixed["high"])
 
 
@@ -514,14 +515,14 @@ def test_the_vectorised_bootstrap_equals_the_resample_by_resample_definition():
         values = np.asarray(values)
         return np.quantile(values[~np.isnan(values)], [0.025, 0.975])
 
-    res = A.bootstrap_spearman(a, y, n_boot=300, seed=9, groups=groups)
-    gap = A.bootstrap_spearman_gap(a, b, y, n_boot=300, seed=9, groups=groups)
-    strat = A.stratified_spearman(a, y, groups, n_boot=300, seed=9)
+    res = S.bootstrap_spearman(a, y, n_boot=300, seed=9, groups=groups)
+    gap = S.bootstrap_spearman_gap(a, b, y, n_boot=300, seed=9, groups=groups)
+    strat = S.stratified_spearman(a, y, groups, n_boot=300, seed=9)
     assert np.allclose([res["low"], res["high"]], interval(rho_a), atol=1e-12)
     assert np.allclose([gap["low"], gap["high"]], interval(np.subtract(rho_b, rho_a)), atol=1e-12)
     assert np.allclose([strat["low"], strat["high"]], interval(within), atol=1e-12)
     cells = [f"{g}{s}" for g, s in zip(groups, splits)]
-    by_split = A.stratified_spearman(a, y, groups, n_boot=300, seed=9, cells=cells)
+    by_split = S.stratified_spearman(a, y, groups, n_boot=300, seed=9, cells=cells)
     assert np.allclose([by_split["low"], by_split["high"]], interval(within_cells), atol=1e-12)
     assert not np.allclose([by_split["low"], by_split["high"]], [strat["low"], strat["high"]])  # the cells matter
 
@@ -531,16 +532,16 @@ def test_equal_seeds_are_an_equal_mean_and_nothing_left_is_no_rho():
     drawn (a sum in one order): five such checkpoints of one value leave every resample constant (no
     ρ). With every checkpoint dropped there is nothing to resample: NaN, not an error."""
     v, x = 0.7530302077021779, [1.0, 2, 3, 4, 5]
-    flat = A.bootstrap_spearman(x, [[v, v, v]] * 5, n_boot=50)
+    flat = S.bootstrap_spearman(x, [[v, v, v]] * 5, n_boot=50)
     assert np.isnan(flat["low"]) and flat["n_degenerate"] == 50
     for w in np.random.default_rng(0).random(50):
-        _, idx, ys, _ = A._resampled([np.array([w, w, w]), np.array([0.5, 0.1, 0.5])], 20, 0, None)
+        _, idx, ys, _ = S._resampled([np.array([w, w, w]), np.array([0.5, 0.1, 0.5])], 20, 0, None)
         assert len(set(ys[idx == 0])) == 1
-    for res in (A.bootstrap_spearman([1.0, 2.0], [np.nan, np.nan], n_boot=5),
-                A.bootstrap_spearman_gap([1.0, 2.0], [1.0, 2.0], [np.nan, np.nan], n_boot=5)):
+    for res in (S.bootstrap_spearman([1.0, 2.0], [np.nan, np.nan], n_boot=5),
+                S.bootstrap_spearman_gap([1.0, 2.0], [1.0, 2.0], [np.nan, np.nan], n_boot=5)):
         assert np.isnan(res["low"]) and res["n"] == 0 and res["n_dropped"] == 2
     with pytest.raises(ValueError, match="seed must be an integer"):
-        A.bootstrap_spearman(x, [0.1, 0.3, 0.2, 0.5, 0.4], seed=None)
+        S.bootstrap_spearman(x, [0.1, 0.3, 0.2, 0.5, 0.4], seed=None)
 
 
 def test_the_frontier_reads_each_split_alone_only_when_several_are_attacked():

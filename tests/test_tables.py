@@ -85,7 +85,7 @@ def test_attack_rows_take_the_precision_and_label_from_the_unlearned_run():
 
 
 def test_seed_repeats_turn_each_checkpoint_delta_into_its_list_of_seeds_and_widen_nothing_else():
-    from frag_utils.report import analysis
+    from frag_utils.report import analysis, stats
 
     chosen = pd.DataFrame({"unlearned_run": ["a", "b", "c", "d"], "attack_data": "forget_retain",
                            "method": ["npo", "rmu", "sp", "frp"], "l2_all": [1.0, 2.0, 3.0, 4.0],
@@ -97,8 +97,8 @@ def test_seed_repeats_turn_each_checkpoint_delta_into_its_list_of_seeds_and_wide
     assert out.attack_seeds.tolist() == [3, 1, 2, 1]
     # rho is taken against each checkpoint's mean over its seeds (0.2, 0.3, 0.4, 0.1), computed here by hand
     means = [0.2, 0.3, 0.4, 0.1]
-    res = analysis.bootstrap_spearman(out.l2_all, out.delta_es, n_boot=200)
-    assert res["rho"] == pytest.approx(analysis.spearman([1, 2, 3, 4], means)) and res["n_seeds"] == [3, 1, 2, 1]
+    res = stats.bootstrap_spearman(out.l2_all, out.delta_es, n_boot=200)
+    assert res["rho"] == pytest.approx(stats.spearman([1, 2, 3, 4], means)) and res["n_seeds"] == [3, 1, 2, 1]
     table = analysis.paper_table3(out, predictors=("l2_all",), n_boot=200)
     assert table.set_index("subset").attacks.to_dict() == {"all": 7, "w/o FRP": 6}
     # without repeats every checkpoint is a list of one: the plain pairs bootstrap

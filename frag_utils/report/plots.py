@@ -151,7 +151,7 @@ def close(fig: Any) -> None:
 
 def frontier_panels(models: pd.DataFrame, table: pd.DataFrame) -> Any:
     """The healthy frontier as :func:`table3_panels`: a row per healthy rule, the attacked
-    checkpoints healthy by it (``models``: :meth:`frag_utils.report.collect.Collection.frontier`'s
+    checkpoints healthy by it (``models``: :mod:`frag_utils.report.frontier`'s
     ``frontier_models``), ρ over all of them in each panel's title (``table``: its
     ``frontier_table3``)."""
     label = {rule: f"healthy ({rule})" for rule in analysis.HEALTHY_RULES}

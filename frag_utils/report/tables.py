@@ -1,6 +1,6 @@
 """Tables notebook 09 builds from run records, as plain functions of their rows (tested in
 ``tests/test_tables.py``): the paper's Table 1 layout of the re-recorded grid, and the seed
-repeats of its attacks as lists of ΔES. :mod:`frag_utils.report.collect` reads the records.
+repeats of its attacks as lists of ΔES. :mod:`frag_utils.report.recorded` reads the records.
 
 A row is one attack run: ``model`` (the method and its knobs, the same label on every split),
 ``method``, ``weights`` (the unlearned model's storage precision), ``forget_split``,
@@ -38,7 +38,7 @@ def attack_rows(attack_records: Sequence[dict], method_by_run: dict[str, dict],
     return pd.DataFrame(rows, columns=list(ROW_COLUMNS))
 
 
-def _mean_if_complete(values: pd.Series, n: int) -> float:
+def mean_if_complete(values: pd.Series, n: int) -> float:
     return float(values.mean()) if values.notna().sum() == n else float("nan")
 
 
@@ -56,19 +56,19 @@ def table1(rows: pd.DataFrame, splits: Sequence[str] = SPLITS, attacks: Sequence
         row: dict[str, Any] = {"weights": weights, "model": model, "method": g.method.iloc[0],
                                "splits_recorded": int(g.forget_split.nunique())}
         unlearned = g.drop_duplicates("forget_split").set_index("forget_split").reindex(list(splits))
-        row["es_before"] = _mean_if_complete(unlearned.es_before, len(splits))
-        row["mu_before"] = _mean_if_complete(unlearned.model_utility_before, len(splits))
+        row["es_before"] = mean_if_complete(unlearned.es_before, len(splits))
+        row["mu_before"] = mean_if_complete(unlearned.model_utility_before, len(splits))
         deltas = []
         for attack in attacks:
             hit = g[g.attack_data == attack].set_index("forget_split")
             if hit.index.duplicated().any():
                 raise ValueError(f"two {attack} attacks of {model} ({weights}) on one split: {list(hit.run)}")
             hit = hit.reindex(list(splits))
-            row[f"{attack}_es"] = _mean_if_complete(hit.es_after, len(splits))
-            row[f"{attack}_delta_es"] = _mean_if_complete(hit.delta_es, len(splits))
-            row[f"{attack}_mu"] = _mean_if_complete(hit.model_utility_after, len(splits))
+            row[f"{attack}_es"] = mean_if_complete(hit.es_after, len(splits))
+            row[f"{attack}_delta_es"] = mean_if_complete(hit.delta_es, len(splits))
+            row[f"{attack}_mu"] = mean_if_complete(hit.model_utility_after, len(splits))
             deltas.append(row[f"{attack}_delta_es"])
-        row["avg_delta_es"] = _mean_if_complete(pd.Series(deltas, dtype=float), len(attacks))
+        row["avg_delta_es"] = mean_if_complete(pd.Series(deltas, dtype=float), len(attacks))
         row["_order"] = order[model]
         out.append(row)
     table = pd.DataFrame(out)
@@ -102,7 +102,7 @@ def with_seed_repeats(chosen: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFra
     """``chosen`` (one attacked checkpoint a row) with ``delta_es`` made the list of every ΔES
     measured on that checkpoint: its own and those of ``repeats`` (the same attack at other seeds,
     matched by ``unlearned_run`` and ``attack_data``), and ``attack_seeds`` their number. What
-    :func:`frag_utils.report.analysis.bootstrap_spearman` takes to carry the seed noise into an interval.
+    :func:`frag_utils.report.stats.bootstrap_spearman` takes to carry the seed noise into an interval.
 
     Raises:
         ValueError: a repeat of a checkpoint ``chosen`` does not hold, or one attack run twice.

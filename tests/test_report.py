@@ -1,6 +1,8 @@
-"""Notebook 09's collection of records (frag_utils.report.collect), checked against the committed smol
-records of the faithful grid read the slow way (json files, one by one), and on a copy of them
-where a record is changed the way a redo or a user's rerun changes it."""
+"""Notebook 09's families of tables (frag_utils.report: one module per family, the records read by
+frag_utils.report.recorded), checked against the committed smol records of the faithful grid read the
+slow way (json files, one by one), and on a copy of them where a record is changed the way a redo or a
+user's rerun changes it."""
+import importlib.util
 import json
 import shutil
 
@@ -9,7 +11,9 @@ import pytest
 import yaml
 
 from frag_utils import parameters, paths
-from frag_utils.report import collect
+from frag_utils.report import analysis, book, controls, frontier, paper, recorded, stats, targets, variants
+from frag_utils.report import grid as grid_chapter
+from frag_utils.report.recorded import Records
 
 PARAMS = paths.PARAMS_DIR / "smol"
 NPO = "smol.table1__forget_split=forget10__grad_accum=1__lr=5e-05__method=npo__weights=bf16"
@@ -28,7 +32,7 @@ def _attack_records(root=None, attack_data=None):
     after the file opened, and its parameters compared with the file's entries, defaults of the
     notebook aside: another file's attack of the same model with one more setting matches an entry
     too)."""
-    wanted = yaml.safe_load((PARAMS / collect.GRID_06).read_text())
+    wanted = yaml.safe_load((PARAMS / recorded.GRID_06).read_text())
     found = []
     for folder in sorted(((root or paths.RUNS_DIR) / "06_attacks").glob("smol.table1__*")):
         if not _complete(folder, "06_attacks"):
@@ -41,13 +45,34 @@ def _attack_records(root=None, attack_data=None):
     return found
 
 
+def _script(name):
+    """One of scripts/ as a module (the planning scripts write parameter files from the records)."""
+    spec = importlib.util.spec_from_file_location(name, paths.REPO_ROOT / "scripts" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _book(*families, n_boot=20):
+    """A fresh read of the smol records with ``families``' chapters built, in order."""
+    smol = book.Book("smol", n_boot=n_boot)
+    for family in families:
+        smol.chapter(family, display=False)
+    return smol
+
+
+def _table1_claims():
+    rec = Records("smol")
+    return paper.table1_claims(rec, paper.grid_rows(rec)[0])
+
+
 @pytest.fixture(scope="module")
 def smol():
-    return collect.Collection("smol")
+    return _book(paper)
 
 
 def test_the_models_table_is_the_grid_files_records(smol):
-    table = smol.models()
+    table = smol.built[paper.UNLEARNED_MODELS]
     recorded = [d.name for d in sorted((paths.RUNS_DIR / "05_unlearn").glob("smol.table1__*"))
                 if _complete(d, "05_unlearn")]
     assert sorted(table.run) == sorted(f"05_unlearn/{n}" for n in recorded) and len(table)
@@ -61,20 +86,19 @@ def test_the_models_table_is_the_grid_files_records(smol):
 
 
 def test_table1_per_split_holds_each_attacks_delta_es_as_recorded(smol):
-    t1 = smol.table1(n_boot=20)
-    per_split = t1["per_split"].set_index(["weights", "forget_split", "model"])
+    per_split = smol.built[paper.TABLE1_PER_SPLIT].set_index(["weights", "forget_split", "model"])
     found = _attack_records()
-    assert len(t1["rows"]) == len(found) and len(found)
+    assert len(smol.grid_rows) == len(found) and len(found)
     for rec in found:
         row, model_run = rec["results"]["row"], rec["provenance"]["params"]["unlearned_run"]
-        model = collect.short_label({"run": f"05_unlearn/{model_run}", **_record("05_unlearn", model_run)})
+        model = recorded.short_label({"run": f"05_unlearn/{model_run}", **_record("05_unlearn", model_run)})
         weights = _record("05_unlearn", model_run)["provenance"]["params"]["weights"]
         got = per_split.loc[(weights, row["forget_split"], model), f"{row['attack_data']}_delta_es"]
         assert got == pytest.approx(row["es_after"] - row["es_before"], abs=1e-12)
 
 
 def test_table1_claims_hold_the_bf16_rows_and_the_fp32_rows_of_the_attacks_recorded_in_fp32(smol, copied_runs):
-    claims = smol.table1(n_boot=20)["table1_claims"]
+    claims = _table1_claims()
     fp32_attacks = {r["provenance"]["params"]["attack_data"] for r in _attack_records()
                     if _record("05_unlearn", r["provenance"]["params"]["unlearned_run"])["provenance"]["params"][
                         "weights"] == "fp32"}
@@ -84,11 +108,10 @@ def test_table1_claims_hold_the_bf16_rows_and_the_fp32_rows_of_the_attacks_recor
     for r in _attack_records(copied_runs):
         if "weights=fp32" in r["provenance"]["params"]["unlearned_run"]:
             shutil.rmtree(copied_runs / "06_attacks" / r["folder"])
-    assert list(collect.Collection("smol").table1(n_boot=20)["table1_claims"].weights) == ["bf16"] * 3
+    assert list(_table1_claims().weights) == ["bf16"] * 3
 
 
 def test_table3_takes_the_papers_five_methods_and_the_extended_set_leaves_out_gold_and_collapsed(smol):
-    t1 = smol.table1(n_boot=20)
     fr = _attack_records(attack_data="forget_retain")
     bf16 = []
     for rec in fr:
@@ -97,10 +120,10 @@ def test_table3_takes_the_papers_five_methods_and_the_extended_set_leaves_out_go
         if model["provenance"]["params"]["weights"] == "bf16" and model["results"]["row"]["method"] in (
                 "graddiff", "npo", "rmu", "sp", "frp") and not veto:
             bf16.append(f"06_attacks/{rec['folder']}")
-    chosen = t1["table3_checkpoints"]
+    chosen = smol.table3_checkpoints
     assert len(bf16) >= 4  # the committed records hold a bf16 Table 3
     assert sorted(chosen[chosen.weights.eq("bf16")].run) == sorted(bf16)
-    listing = t1["table3_extended_checkpoints"]
+    listing = smol.built[paper.TABLE3_EXTENDED_CHECKPOINTS]
     for rec in fr:
         row = rec["results"]["row"]
         model = _record("05_unlearn", row["unlearned_run"])["results"]["row"]
@@ -110,7 +133,7 @@ def test_table3_takes_the_papers_five_methods_and_the_extended_set_leaves_out_go
             continue
         healthy = row["model_utility_before"] >= 0.5 * model["target_model_utility"]
         assert list(in_listing.reason) == (["included"] if healthy else ["Model Utility below 0.5 x target's"])
-    extended = t1["table3_extended"]
+    extended = smol.built[paper.TABLE3_EXTENDED]
     for weights, g in listing.groupby("weights"):
         included = int(g.reason.eq("included").sum())
         rows = extended[extended.weights.eq(weights) & extended.subset.eq("all")] if len(extended) else extended
@@ -118,10 +141,7 @@ def test_table3_takes_the_papers_five_methods_and_the_extended_set_leaves_out_go
 
 
 def test_the_share_recovered_is_each_seeds_delta_over_what_was_forgotten_read_from_the_records(smol):
-    from frag_utils.report import analysis
-
-    t1 = smol.table1(n_boot=20)
-    chosen = t1["table3_checkpoints"]
+    chosen = smol.table3_checkpoints
     chosen = chosen[chosen.weights.eq("bf16")]
     # every forget+retain attack of a checkpoint, at any seed, straight from the 06 records
     shares = {}
@@ -139,8 +159,9 @@ def test_the_share_recovered_is_each_seeds_delta_over_what_was_forgotten_read_fr
     for r in chosen.itertuples():
         assert sorted(r.recovered_seeds) == pytest.approx(sorted(shares[r.unlearned_run]), abs=1e-12)
     means = [sum(shares[u]) / len(shares[u]) for u in chosen.unlearned_run]
-    got = t1["table3_recovered"].set_index(["weights", "subset", "predictor"]).loc[("bf16", "all", "FRAG_x100")]
-    assert got.rho == pytest.approx(analysis.spearman(list(chosen.FRAG_x100), means))
+    got = smol.built[paper.TABLE3_RECOVERED].set_index(["weights", "subset", "predictor"])
+    got = got.loc[("bf16", "all", "FRAG_x100")]
+    assert got.rho == pytest.approx(stats.spearman(list(chosen.FRAG_x100), means))
 
 
 @pytest.fixture
@@ -158,18 +179,18 @@ def test_an_attack_whose_unlearned_model_was_redone_is_left_out_as_stale(copied_
     attacked = {f"06_attacks/{r['folder']}" for r in _attack_records(copied_runs)
                 if r["provenance"]["params"]["unlearned_run"] == NPO}
     assert attacked
-    assert not set(collect.Collection("smol").stale) & attacked
+    assert not set(Records("smol").stale) & attacked
     file = copied_runs / "05_unlearn" / NPO / "results.json"
     rec = json.loads(file.read_text())
     rec["results"]["row"]["l2_all"] += 1.0  # the redone model's weights moved elsewhere
     file.write_text(json.dumps(rec))
-    grid = collect.Collection("smol")
-    assert attacked <= set(grid.stale)
-    assert not set(grid.table1(n_boot=20)["rows"].run) & attacked
+    rec = Records("smol")
+    assert attacked <= set(rec.stale)
+    assert not set(paper.grid_rows(rec)[0].run) & attacked
 
 
 def test_a_rerun_with_other_parameters_is_the_users_and_a_copy_of_a_grid_run_is_not(copied_runs):
-    attacks_, methods = collect.Collection("smol").other_runs()
+    attacks_, methods = grid_chapter.other_runs(Records("smol")).values()
     assert len(attacks_) == 0 and len(methods) == 0  # the committed records are all the grid's
     folder = next(r["folder"] for r in _attack_records(copied_runs, "forget_retain")
                   if r["provenance"]["params"]["unlearned_run"] == NPO)
@@ -182,7 +203,7 @@ def test_a_rerun_with_other_parameters_is_the_users_and_a_copy_of_a_grid_run_is_
     rec["provenance"]["params"]["lr"] = 1e-4
     rec["results"]["row"].update(lr=1e-4, delta_es=0.5)
     (rerun / "results.json").write_text(json.dumps(rec))
-    attacks_, _ = collect.Collection("smol").other_runs()
+    attacks_, _ = grid_chapter.other_runs(Records("smol")).values()
     assert list(attacks_.run) == ["06_attacks/mine_lr_1e-4"]
     mine = attacks_.iloc[0]
     assert mine.delta_es == 0.5 and mine.lr == 1e-4 and mine.model == "NPO"
@@ -190,7 +211,7 @@ def test_a_rerun_with_other_parameters_is_the_users_and_a_copy_of_a_grid_run_is_
 
 
 def test_a_seed_repeat_must_be_the_same_attack_at_a_new_seed():
-    from frag_utils.report.collect import _same_attack_but_the_seed
+    _same_attack_but_the_seed = paper.same_attack_but_the_seed
 
     def rec(run, seed, lr=2e-4, unlearned="u"):
         return {"run": run, "provenance": {"params": {"run_name": run, "unlearned_run": unlearned, "seed": seed,
@@ -228,12 +249,12 @@ def test_ablations_and_controls_set_each_model_beside_the_grids_frp(copied_runs)
     from frag_utils import runs
 
     # the ablations' and controls' own records (committed as the grid lands) out, the test's in
-    for notebook, name in (("05_unlearn", collect.ABLATIONS_05), ("05_unlearn", collect.CONTROLS_05),
-                           ("06_attacks", collect.ABLATIONS_06), ("06_attacks", collect.CONTROLS_06)):
+    for notebook, name in (("05_unlearn", recorded.ABLATIONS_05), ("05_unlearn", recorded.CONTROLS_05),
+                           ("06_attacks", recorded.ABLATIONS_06), ("06_attacks", recorded.CONTROLS_06)):
         for spec in runs.plan_run(notebook, PARAMS / name):
             shutil.rmtree(copied_runs / notebook / spec.name, ignore_errors=True)
-    assert all(not len(t) for t in collect.Collection("smol").ablations().values())  # nothing of their own yet
-    planned = runs.plan_run("05_unlearn", PARAMS / collect.ABLATIONS_05)
+    assert all(not len(t) for t in controls.ablations(Records("smol")).values())  # nothing of their own yet
+    planned = runs.plan_run("05_unlearn", PARAMS / recorded.ABLATIONS_05)
 
     def ablation(**params):
         return next(s for s in planned if all(s.params[k] == v for k, v in params.items()))
@@ -243,34 +264,34 @@ def test_ablations_and_controls_set_each_model_beside_the_grids_frp(copied_runs)
     _fake_record(copied_runs, "05_unlearn", sparse, FRP, row={"es": 0.5, "l2_all": 100.0}, made={"sparsity": 0.01})
     _fake_record(copied_runs, "05_unlearn", lam, FRP, made={"lam": 0.1})
     _fake_record(copied_runs, "05_unlearn", magnitude, FRP, made={"lam": None, "variant": "magnitude"})
-    attack = next(s for s in runs.plan_run("06_attacks", PARAMS / collect.ABLATIONS_06)
+    attack = next(s for s in runs.plan_run("06_attacks", PARAMS / recorded.ABLATIONS_06)
                   if s.params["unlearned_run"] == sparse.name)
     frp_attack = next(r["folder"] for r in _attack_records(copied_runs, "forget_retain")
                       if r["provenance"]["params"]["unlearned_run"] == FRP)
     _fake_record(copied_runs, "06_attacks", attack, frp_attack,
                  row={"unlearned_run": sparse.name, "attack_data": "retain", "delta_es": 0.123, "l2_all": 100.0})
-    tables = collect.Collection("smol").ablations()
-    t = tables["ablation_sparsity"]
+    tables = controls.ablations(Records("smol"))
+    t = tables[controls.SPARSITY_]
     assert list(t.sparsity) == [0.01, 0.03] and list(t.es) == [0.5, _record("05_unlearn", FRP)["results"]["row"]["es"]]
     assert t.delta_es.iloc[0] == 0.123 and t.attack_run.iloc[0] == f"06_attacks/{attack.name}"
-    assert list(tables["ablation_lambda"]["lambda"]) == [0.05, 0.1]  # the centre, then the sweep's run
-    assert list(tables["ablation_scoring"].variant) == ["magnitude", "released"]  # the paper's order
+    assert list(tables[controls.LAMBDA]["lambda"]) == [0.05, 0.1]  # the centre, then the sweep's run
+    assert list(tables[controls.SCORING].variant) == ["magnitude", "released"]  # alphabetical
 
-    controls = runs.plan_run("05_unlearn", PARAMS / collect.CONTROLS_05)
-    noise = next(s for s in controls if s.params["method"] == "noise" and s.params["noise_scale"] == 1.0)
-    at_budget = next(s for s in controls if s.params["method"] == "sp" and not s.params["match_l2_run"])
+    planned_controls = runs.plan_run("05_unlearn", PARAMS / recorded.CONTROLS_05)
+    noise = next(s for s in planned_controls if s.params["method"] == "noise" and s.params["noise_scale"] == 1.0)
+    at_budget = next(s for s in planned_controls if s.params["method"] == "sp" and not s.params["match_l2_run"])
     assert noise.params["match_l2_run"] == FRP and at_budget.params["sparsity"] == 0.025
     _fake_record(copied_runs, "05_unlearn", noise, FRP, row={"method": "noise", "FRAG_x100": 0.01})
-    tables = collect.Collection("smol").controls()
-    table = tables["noise_controls"]
+    tables = controls.controls(Records("smol"))
+    table = tables[controls.NOISE]
     assert list(table.model) == ["FRP (P 0)", "noise (1x FRP's L2)"]
     grid_attack = _record("06_attacks", frp_attack, copied_runs)["results"]["row"]
     assert table.forget_retain_delta_es.iloc[0] == grid_attack["delta_es"]
     assert table.forget_retain_delta_es.isna().iloc[1]
-    assert not len(tables["matched_controls"])  # no FRP of the sweep at the grid SP's 5 % yet
+    assert not len(tables[controls.MATCHED])  # no FRP of the sweep at the grid SP's 5 % yet
     budget = ablation(frp_lam=0.05, sparsity=0.05)
     _fake_record(copied_runs, "05_unlearn", budget, FRP, row={"l2_all": 300.0}, made={"sparsity": 0.05})
-    matched = collect.Collection("smol").controls()["matched_controls"]
+    matched = controls.controls(Records("smol"))[controls.MATCHED]
     sp = _record("05_unlearn", "smol.table1__forget_split=forget10__method=sp__prune_precision=bf16__weights=bf16",
                  copied_runs)["results"]["row"]
     assert list(matched.matched) == ["sparsity"] and matched.frp_sparsity.iloc[0] == matched.sp_sparsity.iloc[0] == 0.05
@@ -280,17 +301,17 @@ def test_ablations_and_controls_set_each_model_beside_the_grids_frp(copied_runs)
 def test_the_attack_precision_table_sets_each_fp32_attack_beside_the_same_models_bf16_attacks(copied_runs):
     from frag_utils import runs
 
-    planned = [s for f in collect.ATTACK_PRECISION_06 for s in runs.plan_run("06_attacks", PARAMS / f)]
+    planned = [s for f in recorded.ATTACK_PRECISION_06 for s in runs.plan_run("06_attacks", PARAMS / f)]
     for spec in planned:  # the files' own records (committed as they land) out, the test's in
         shutil.rmtree(copied_runs / "06_attacks" / spec.name, ignore_errors=True)
-    assert not len(collect.Collection("smol").attack_precision())
+    assert not len(controls.attack_precision(Records("smol")))
     assert all(s.params["weights"] == "fp32" and s.params["attack_data"] == "forget_retain" for s in planned)
     assert sorted(s.params["forget_split"] for s in planned) == sorted(["forget01", "forget05", "forget10"] * 7)
     npo = next(s for s in planned if s.params["unlearned_run"] == NPO)
     grid = {r["provenance"]["params"]["unlearned_run"]: r for r in _attack_records(copied_runs, "forget_retain")}
     _fake_record(copied_runs, "06_attacks", npo, grid[NPO]["folder"],
                  row={"delta_es": 0.456, "model_utility_after": 0.2})
-    t = collect.Collection("smol").attack_precision().set_index(["forget_split", "model"])
+    t = controls.attack_precision(Records("smol")).set_index(["forget_split", "model"])
     methods = ["GA", "GradDiff", "NPO", "RMU", "SP", "FRP (P 0)", "FRP (P 0.15)"]
     assert list(t.loc["forget10"].index) == list(t.loc["mean"].index) == methods
     assert t.loc[("forget10", "NPO"), "delta_es_fp32"] == 0.456
@@ -320,7 +341,7 @@ def test_the_attack_precision_table_sets_each_fp32_attack_beside_the_same_models
         sum(grid[u]["results"]["row"]["delta_es"] for u in rmu_runs) / 3)
     # a split whose bf16 attack is not recorded leaves its row blank and the method's mean blank
     shutil.rmtree(copied_runs / "06_attacks" / grid[rmu_runs[0]]["folder"])
-    t = collect.Collection("smol").attack_precision().set_index(["forget_split", "model"])
+    t = controls.attack_precision(Records("smol")).set_index(["forget_split", "model"])
     split = grid[rmu_runs[0]]["provenance"]["params"]["forget_split"]
     assert pd.isna(t.loc[(split, "RMU"), "delta_es_bf16"]) and pd.isna(t.loc[("mean", "RMU"), "delta_es_bf16"])
 
@@ -330,12 +351,10 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
     """The healthy rules read off each checkpoint's record by hand, the attack plan holds exactly the
     healthy ones at both seeds, and the collected table sets each checkpoint's seeds beside it."""
     from frag_utils import metrics, runs
-    from frag_utils.report import analysis
-
     params = tmp_path / "params"
     shutil.copytree(paths.PARAMS_DIR, params)
     monkeypatch.setattr(paths, "PARAMS_DIR", params)
-    every = runs.plan_run("05_unlearn", params / "smol" / collect.FRONTIER_05)
+    every = runs.plan_run("05_unlearn", params / "smol" / recorded.FRONTIER_05)
     planned = [s for s in every if s.params["forget_split"] == "forget10"]
     for spec in every:  # the file's own records, every split's (committed as they land), out; the test's in
         shutil.rmtree(copied_runs / "05_unlearn" / spec.name, ignore_errors=True)
@@ -365,7 +384,7 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
         folder.mkdir()
         (folder / "results.json").write_text(json.dumps(src))
         shutil.copy(copied_runs / "05_unlearn" / source[method] / "05_unlearn.ipynb", folder)
-    models = collect.Collection("smol").frontier_models().set_index("run")
+    models = frontier.candidates(Records("smol")).set_index("run")
     for spec, (_, es, scale, fragile) in zip(chosen, cases):
         m = models.loc[f"05_unlearn/{spec.name}"]
         forgets = es <= target["es"] - 0.1
@@ -379,21 +398,21 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
     assert list(mine.healthy_paper) == [True, False, False, False, True, True, True]
     assert list(mine.healthy_parts) == [True, False, True, False, True, True, True]
 
-    plan = collect.Collection("smol").frontier_attack_plan("forget10")
+    plan = _script("plan_frontier_attacks").frontier_attacks(Records("smol"), "forget10")
     healthy = [s.name for s in planned if s in chosen and models.loc[f"05_unlearn/{s.name}", "healthy_parts"]]
     assert [(e["unlearned_run"], e["seed"]) for e in plan] == [(n, s) for s in (42, 1) for n in healthy]
-    grid_attack = yaml.safe_load((params / "smol" / collect.GRID_06).read_text())[0]
+    grid_attack = yaml.safe_load((params / "smol" / recorded.GRID_06).read_text())[0]
     assert all(e["lr"] == grid_attack["lr"] and e["attack_data"] == "forget_retain" for e in plan)
-    (params / "smol" / collect.FRONTIER_06[0]).write_text(yaml.safe_dump(plan))
+    (params / "smol" / recorded.FRONTIER_06[0]).write_text(yaml.safe_dump(plan))
     attack_source = next(r["folder"] for r in _attack_records(copied_runs, "forget_retain"))
     deltas = {}
-    for i, spec in enumerate(runs.plan_run("06_attacks", params / "smol" / collect.FRONTIER_06[0])):
+    for i, spec in enumerate(runs.plan_run("06_attacks", params / "smol" / recorded.FRONTIER_06[0])):
         deltas.setdefault(spec.params["unlearned_run"], []).append(0.1 + 0.05 * i)
         unlearned = _record("05_unlearn", spec.params["unlearned_run"], copied_runs)["results"]["row"]
         _fake_record(copied_runs, "06_attacks", spec, attack_source,
                      row={"unlearned_run": spec.params["unlearned_run"], "delta_es": 0.1 + 0.05 * i,
                           "FRAG_x100": unlearned["FRAG_x100"], "l2_all": unlearned["l2_all"]})
-    out = collect.Collection("smol").frontier(n_boot=50)
+    out = book.Book("smol", n_boot=50).chapter(frontier, display=False)
     listing = out["frontier_models"].set_index("run")
     for name, ds in deltas.items():
         row = listing.loc[f"05_unlearn/{name}"]
@@ -409,7 +428,7 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
     rec = out["frontier_recovered"].set_index(["rule", "subset", "predictor"]).loc[("parts", "all", "l2_all")]
     share = {n: sum(ds) / 2 / (target["es"] - models.loc[f"05_unlearn/{n}", "es"]) for n, ds in deltas.items()}
     l2 = {n: _record("05_unlearn", n, copied_runs)["results"]["row"]["l2_all"] for n in deltas}
-    assert rec.rho == pytest.approx(analysis.spearman([l2[n] for n in deltas], [share[n] for n in deltas]))
+    assert rec.rho == pytest.approx(stats.spearman([l2[n] for n in deltas], [share[n] for n in deltas]))
     parts = out["frontier_utility_parts"]
     assert parts.model.iloc[0] == "target" and len(parts) == 1 + len(cases)
     from frag_utils.report import plots
@@ -423,10 +442,10 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
     # table counts each family's bumps, and FRAG with each importance term gets Table 3's intervals
     assert not len(out["frontier_lmc"]) and not len(out["frontier_importance"])  # no 07 record yet
     attacked = list(deltas)
-    (params / "smol" / collect.FRONTIER_07[0]).write_text(yaml.safe_dump([  # as plan_frontier_attacks.py writes it
-        {"profile": "smol", **collect.FRONTIER_ABLATION, "forget_split": "forget10",
+    (params / "smol" / recorded.FRONTIER_07[0]).write_text(yaml.safe_dump([  # as plan_frontier_attacks.py writes it
+        {"profile": "smol", **_script("plan_frontier_attacks").FRONTIER_ABLATION, "forget_split": "forget10",
          "unlearned_runs": ",".join(attacked)}]))
-    (spec_07,) = runs.plan_run("07_ablations", params / "smol" / collect.FRONTIER_07[0])
+    (spec_07,) = runs.plan_run("07_ablations", params / "smol" / recorded.FRONTIER_07[0])
     method = {n: _record("05_unlearn", n, copied_runs)["results"]["row"]["method"] for n in attacked}
     barrier = {n: (0.2 + 0.1 * i if method[n] == "sp" else 1e-5 * i) for i, n in enumerate(attacked)}
     frag_05 = {n: _record("05_unlearn", n, copied_runs)["results"]["row"]["FRAG_x100"] for n in attacked}
@@ -437,7 +456,7 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
         "provenance": {"params": dict(spec_07.params)},
         "results": {"scores": scores, "barrier": [{"unlearned_run": n, "barrier": b} for n, b in barrier.items()]}}))
     shutil.copy(paths.NOTEBOOKS_DIR / "07_ablations.ipynb", spec_07.executed)
-    out = collect.Collection("smol").frontier(n_boot=50)
+    out = book.Book("smol", n_boot=50).chapter(frontier, display=False)
     lmc = out["frontier_lmc"].set_index("family")
     family = {n: "SP" if m == "sp" else "FRP" if m == "frp" else "dense" for n, m in method.items()}
     for name in set(family.values()):
@@ -457,19 +476,19 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
 
 
 def test_the_second_target_sets_each_table3_checkpoint_beside_its_twin_from_the_other_target(copied_runs):
-    """Issue 43's tables, read slowly: the seeds' spread of each judged number of notebook 02, and each
+    """The target's training seed, read slowly: the seeds' spread of each judged number of notebook 02, and each
     forget10 Table 3 checkpoint beside the same method unlearned from the seed-43 target."""
     from frag_utils import drift, runs
 
     for name in ("smol.seeds__seed=43", "smol.seeds__seed=44"):  # the seeds' own records (as they land) out
         shutil.rmtree(copied_runs / "02_target_and_gold" / name, ignore_errors=True)
-    planned_05 = runs.plan_run("05_unlearn", PARAMS / collect.SECOND_TARGET_05)
-    planned_06 = runs.plan_run("06_attacks", PARAMS / collect.SECOND_TARGET_06)
+    planned_05 = runs.plan_run("05_unlearn", PARAMS / recorded.SECOND_TARGET_05)
+    planned_06 = runs.plan_run("06_attacks", PARAMS / recorded.SECOND_TARGET_06)
     for notebook, specs in (("05_unlearn", planned_05), ("06_attacks", planned_06)):
         for spec in specs:
             shutil.rmtree(copied_runs / notebook / spec.name, ignore_errors=True)
-    t1 = collect.Collection("smol").table1(n_boot=1)
-    assert not len(collect.Collection("smol").targets(t1["table3_checkpoints"])["target_seeds"])  # one seed: no spread
+    checkpoints = _book(paper, n_boot=1).table3_checkpoints
+    assert not len(targets.target_seeds(Records("smol")))  # one seed: no spread
 
     # two more seeds of notebook 02: the seed-42 record with the target's forget ES moved
     base = _record("02_target_and_gold", "smol", copied_runs)
@@ -496,9 +515,7 @@ def test_the_second_target_sets_each_table3_checkpoint_beside_its_twin_from_the_
         _fake_record(copied_runs, "05_unlearn", spec, twin["folder"], row=moved)
         _fake_record(copied_runs, "06_attacks", attack, grid_06[twin["folder"]]["folder"],
                      row={**moved, "unlearned_run": spec.name, "delta_es": 0.1 * i})
-    targets = collect.Collection("smol").targets(t1["table3_checkpoints"])
-
-    seeds = targets["target_seeds"].set_index("number")
+    seeds = targets.target_seeds(Records("smol")).set_index("number")
     row = seeds.loc["/target/es"]
     assert [row.seed_42, row.seed_43, row.seed_44] == [es[42], 0.95, 0.90]
     assert row["range"] == pytest.approx(0.95 - min(es.values()))
@@ -511,11 +528,11 @@ def test_the_second_target_sets_each_table3_checkpoint_beside_its_twin_from_the_
     assert list(seeds.index) == judged(evaluation["target"], "/target") + judged(evaluation["gold"], "/gold")
     assert seeds.loc["/gold/model_utility", "range"] == 0  # the gold model's numbers did not move
 
-    second = targets["second_target"].set_index("model")
+    second = targets.second_target(Records("smol"), checkpoints).set_index("model")
     assert list(second.index) == ["GradDiff", "NPO", "RMU", "SP", "FRP (P 0)"]  # the files' order
     # paired by method, not by position: without NPO's seed-43 attack the others keep their twins
     shutil.rmtree(copied_runs / "06_attacks" / planned_06[1].name)
-    fewer = collect.Collection("smol").targets(t1["table3_checkpoints"])["second_target"].set_index("model")
+    fewer = targets.second_target(Records("smol"), checkpoints).set_index("model")
     assert list(fewer.index) == ["GradDiff", "RMU", "SP", "FRP (P 0)"]
     assert fewer.drop(columns=[]).equals(second.drop(index="NPO"))
     repeats = [json.loads(f.read_text())
@@ -534,9 +551,7 @@ def test_the_second_target_sets_each_table3_checkpoint_beside_its_twin_from_the_
         assert got.target_es_43 == 0.95 and got.target_es_42 == twin["results"]["row"]["target_es"]
         assert got.FRAG_x100_43 == pytest.approx(twin["results"]["row"]["FRAG_x100"] + 1.0)
         assert got.l2_all_42 == twin["results"]["row"]["l2_all"]
-    grid = collect.Collection("smol")
-    grid.targets(t1["table3_checkpoints"])
-    sources = grid.sources["second_target"]
+    sources = targets.second_target(Records("smol"), checkpoints).attrs["source_runs"]
     assert len(sources) == 4 * (2 + 3 + 1) and len(set(sources)) == len(sources)  # two 05 runs, 3 + 1 attacks
     assert {s for s in sources if s.startswith("06_attacks/smol.table1_seeds")} == {
         f"06_attacks/{f.parent.name}" for f in (copied_runs / "06_attacks").glob("smol.table1_seeds*/results.json")
@@ -557,11 +572,12 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
     params = tmp_path / "params"
     shutil.copytree(paths.PARAMS_DIR, params)
     monkeypatch.setattr(paths, "PARAMS_DIR", params)
-    grid = collect.Collection("smol")
-    models = grid.frontier_models()
+    rec = Records("smol")
+    models = frontier.candidates(rec)
     healthy = models[models.healthy_paper & models.forget_split.eq("forget10")]
     assert len(healthy) >= 2
-    chosen = grid.variant_checkpoints("forget10")
+    plan_attack_variants = _script("plan_attack_variants")
+    chosen = plan_attack_variants.variant_checkpoints(rec, "forget10")
     median = float(np.median(healthy.model_utility / healthy.target_model_utility))
     for label in set(healthy.model):
         part = [r for r in healthy.itertuples() if r.model == label]
@@ -569,42 +585,42 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
         assert chosen[label] == best.run.split("/", 1)[1]
     assert list(chosen)[0] == "gold" and "method=gold" in chosen["gold"] and len(chosen) == 1 + len(set(healthy.model))
 
-    plans = grid.attack_variants_plan("forget10")
-    protocol = yaml.safe_load((params / "smol" / collect.GRID_06).read_text())[0]
+    plans = plan_attack_variants.attack_variants(rec, "forget10")
+    protocol = yaml.safe_load((params / "smol" / recorded.GRID_06).read_text())[0]
     # the target's own protocol attack with multiple choice, at each seed, in a file of its own
-    target_plan = plans.pop(collect.MC_TARGET)
-    assert [e["seed"] for e in target_plan] == list(collect.VARIANT_SEEDS)
+    target_plan = plans.pop(variants.MC_TARGET)
+    assert [e["seed"] for e in target_plan] == list(plan_attack_variants.SEEDS)
     for e in target_plan:
         assert "unlearned_run" not in e and {k: v for k, v in e.items() if protocol.get(k) != v} == {
             "model": "profile-target", "weights": "fp32", "seed": e["seed"], "eval_mc": True}
-    (params / "smol" / collect.variants_file(collect.MC_TARGET, "forget10")).write_text(yaml.safe_dump(target_plan))
+    (params / "smol" / variants.variants_file(variants.MC_TARGET, "forget10")).write_text(yaml.safe_dump(target_plan))
     for family, plan in plans.items():
-        changes = list(collect.ATTACK_VARIANTS[family]) + ([{}] if family == "attack_lr" else [])  # and the protocol
+        changes = list(variants.ATTACK_VARIANTS[family]) + ([{}] if family == "attack_lr" else [])  # and the protocol
         # the frontier checkpoints' protocol attacks are the frontier file's, at both seeds: not planned again
-        left_to_frontier = len(collect.VARIANT_SEEDS) * (len(chosen) - 1) if family == "attack_lr" else 0
-        assert len(plan) == len(collect.VARIANT_SEEDS) * len(chosen) * len(changes) - left_to_frontier
+        left_to_frontier = len(plan_attack_variants.SEEDS) * (len(chosen) - 1) if family == "attack_lr" else 0
+        assert len(plan) == len(plan_attack_variants.SEEDS) * len(chosen) * len(changes) - left_to_frontier
         for e in plan:
             base = {**protocol, "unlearned_run": e["unlearned_run"], "attack_data": "forget_retain", "seed": e["seed"],
                     **({"weights": "fp32"} if e["unlearned_run"] == chosen["gold"] else {})}
             changed = {k: v for k, v in e.items() if base.get(k) != v}
             assert changed in changes, changed
-        (params / "smol" / collect.variants_file(family, "forget10")).write_text(yaml.safe_dump(plan))
-    assert set(plans) == set(collect.ATTACK_VARIANTS)
+        (params / "smol" / variants.variants_file(family, "forget10")).write_text(yaml.safe_dump(plan))
+    assert set(plans) == set(variants.ATTACK_VARIANTS)
     gold = [e for family in plans.values() for e in family if e["unlearned_run"] == chosen["gold"]]
     gold_protocol = [e for e in plans["attack_lr"] if e in gold and e["lr"] == protocol["lr"]]
-    assert sorted(e["seed"] for e in gold_protocol) == sorted(collect.VARIANT_SEEDS)
+    assert sorted(e["seed"] for e in gold_protocol) == sorted(plan_attack_variants.SEEDS)
     assert all(e["weights"] == "fp32" for e in gold)  # the grid's gold is stored in bf16: attacked in fp32
     defaults = parameters.notebook_defaults("06_attacks")
     others = {parameters.params_key(s.params, defaults) for f in sorted((params / "smol").glob("06_attacks.*.yaml"))
-              if f.name.split(".")[1].split("_forget")[0] not in collect.ATTACK_VARIANTS
+              if f.name.split(".")[1].split("_forget")[0] not in variants.ATTACK_VARIANTS
               for s in runs.plan_run("06_attacks", f)}
     mine_keys = [parameters.params_key(e, defaults) for family in plans.values() for e in family]
     assert not set(mine_keys) & others and len(set(mine_keys)) == len(mine_keys)  # no run planned twice
 
     # the variants recorded so far out: this test fakes its own
-    for family in [*collect.ATTACK_VARIANTS, collect.MC_TARGET]:
-        for recorded in (copied_runs / "06_attacks").glob(f"smol.{family}_forget10__*"):
-            shutil.rmtree(recorded)
+    for family in [*variants.ATTACK_VARIANTS, variants.MC_TARGET]:
+        for folder in (copied_runs / "06_attacks").glob(f"smol.{family}_forget10__*"):
+            shutil.rmtree(folder)
     attacked_at_42 = {json.loads(f.read_text())["results"]["unlearned_run"]: f.parent.name
                       for f in (copied_runs / "06_attacks").glob("smol.frontier_forget10*/results.json")
                       if json.loads(f.read_text())["provenance"]["params"]["seed"] == 42}
@@ -613,7 +629,7 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
     source = attacked_at_42[run]
     target_mu = _record("05_unlearn", run, copied_runs)["results"]["row"]["target_model_utility"]
     variant_specs = [s for family in plans for s in runs.plan_run(
-        "06_attacks", params / "smol" / collect.variants_file(family, "forget10")) if s.params["unlearned_run"] == run]
+        "06_attacks", params / "smol" / variants.variants_file(family, "forget10")) if s.params["unlearned_run"] == run]
     defaults = parameters.notebook_defaults("06_attacks")
 
     def spec_of(seed, change):  # the planned run of one change at one seed
@@ -641,11 +657,12 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
     for seed, shift in ((42, 0.0), (1, 0.1)):  # the protocol's attack again, with multiple choice
         _fake_record(copied_runs, "06_attacks", spec_of(seed, {"eval_mc": True}), source,
                      row={k: v + shift for k, v in mc.items()})
-    (target_42, _) = runs.plan_run("06_attacks", params / "smol" / collect.variants_file(collect.MC_TARGET, "forget10"))
+    (target_42, _) = runs.plan_run("06_attacks",
+                                   params / "smol" / variants.variants_file(variants.MC_TARGET, "forget10"))
     _fake_record(copied_runs, "06_attacks", target_42, source,  # the target: no 05 run, one seed recorded
                  row={"unlearned_run": "", "method": "target", **{k: v + 0.2 for k, v in mc.items()}})
 
-    out = collect.Collection("smol").attack_variants()
+    out = book.Book("smol").chapter(variants, display=False)
     choice = out["multiple_choice"].set_index("model")
     assert list(choice.index)[0] == "target" and choice.loc["target", "seeds"] == 1
     assert all(choice.loc["target", k] == pytest.approx(v + 0.2) for k, v in mc.items())
@@ -673,7 +690,7 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
                   **{f"epochs 10, after epoch {e}": v for e, v in curve.items()}}
     protocol_mu = [r["results"]["row"]["model_utility_after"] for r in protocol_runs
                    if r["results"]["unlearned_run"] == run]
-    if np.mean(protocol_mu) >= collect.UTILITY_BOUND * target_mu:
+    if np.mean(protocol_mu) >= variants.UTILITY_BOUND * target_mu:
         candidates["protocol"] = float(np.mean(protocol_es))
     worst = out["attack_worst"].set_index("model").loc[label]
     assert worst.variant == max(candidates, key=candidates.get)
@@ -694,12 +711,11 @@ def test_table3s_checkpoints_get_the_barrier_and_each_importance_term_from_their
     negative); the ρ against each checkpoint's mean ΔES over its seeds, computed here from the 06
     records, and the barrier table, read slowly."""
     from frag_utils import runs
-    from frag_utils.report import analysis
 
-    grid = collect.Collection("smol")
-    checkpoints = grid.table1(n_boot=20)["table3_checkpoints"]
-    assert not any(len(t) for t in grid.table3_ablations(checkpoints, n_boot=20).values())  # no 07 record yet
-    (spec,) = runs.plan_run("07_ablations", PARAMS / collect.TABLE3_07[0])
+    checkpoints = _book(paper).table3_checkpoints
+    no_07 = controls.table3_ablations(Records("smol"), checkpoints, n_boot=20)
+    assert not any(len(t) for t in no_07.values())  # no 07 record yet
+    (spec,) = runs.plan_run("07_ablations", PARAMS / recorded.TABLE3_07[0])
     scored = spec.params["unlearned_runs"].split(",")
     rows = {n: _record("05_unlearn", n, copied_runs)["results"]["row"] for n in scored}
     assert len(scored) == 5 and {r["forget_split"] for r in rows.values()} == {"forget10"}
@@ -713,7 +729,7 @@ def test_table3s_checkpoints_get_the_barrier_and_each_importance_term_from_their
                                for n in scored for kind, sign in (("activation", 1), ("fisher", -1))],
                     "barrier": [{"unlearned_run": n, "barrier": b} for n, b in barrier.items()]}}))
     shutil.copy(paths.NOTEBOOKS_DIR / "07_ablations.ipynb", spec.executed)
-    out = collect.Collection("smol").table3_ablations(checkpoints, n_boot=20)
+    out = controls.table3_ablations(Records("smol"), checkpoints, n_boot=20)
     # each checkpoint's ΔES at every seed of its forget+retain attacks, straight from the 06 records
     deltas = {}
     for folder in sorted((copied_runs / "06_attacks").glob("smol.table1*")):
@@ -721,16 +737,16 @@ def test_table3s_checkpoints_get_the_barrier_and_each_importance_term_from_their
         if row["attack_data"] == "forget_retain" and row["unlearned_run"] in rows:
             deltas.setdefault(row["unlearned_run"], []).append(row["es_after"] - row["es_before"])
     mean = {n: sum(d) / len(d) for n, d in deltas.items()}
-    imp = out["table3_importance"].set_index(["subset", "score", "importance"])
+    imp = out[controls.TABLE3_IMPORTANCE].set_index(["subset", "score", "importance"])
     for subset, names in (("all", scored), ("w/o FRP", [n for n in scored if rows[n]["method"] != "frp"])):
-        for column, score in collect.IMPORTANCE_SCORES.items():  # the FRAG gap and cos(F, ΔW²) alone
-            rho = analysis.spearman([rows[n][column] for n in names], [mean[n] for n in names])
+        for column, score in analysis.IMPORTANCE_SCORES.items():  # the FRAG gap and cos(F, ΔW²) alone
+            rho = stats.spearman([rows[n][column] for n in names], [mean[n] for n in names])
             assert imp.loc[(subset, score, "activation"), "rho"] == pytest.approx(rho)
             assert imp.loc[(subset, score, "fisher"), "rho"] == pytest.approx(-rho)
             assert imp.loc[(subset, score, "activation"), "n"] == len(names)
     assert imp.loc[("all", "cos(F, ΔW²)", "fisher"), "requires"] == "backward"
     assert imp.loc[("all", "FRAG gap (Eq. 5)", "activation"), "paper_1B"] == analysis.PAPER_IMPORTANCE_RHO["activation"]
-    lmc = out["table3_lmc"].set_index("family")
+    lmc = out[controls.TABLE3_LMC].set_index("family")
     assert lmc.loc["SP", "with_a_bump"] == 1 and lmc.loc["dense", "checkpoints"] == 3
     assert lmc.loc["dense", "with_a_bump"] == lmc.loc["FRP", "with_a_bump"] == 0
 
@@ -743,11 +759,11 @@ def test_table1s_claims_take_each_attack_at_the_mean_over_its_seeds(copied_runs)
     from frag_utils import runs
 
     grid_specs = {(s.params["unlearned_run"], s.params["attack_data"]): s
-                  for s in runs.plan_run("06_attacks", PARAMS / collect.GRID_06)}
-    for spec in runs.plan_run("06_attacks", PARAMS / collect.MARGIN_SEEDS_06):  # the recorded ones out: seed 42 alone
+                  for s in runs.plan_run("06_attacks", PARAMS / recorded.GRID_06)}
+    for spec in runs.plan_run("06_attacks", PARAMS / recorded.MARGIN_SEEDS_06):  # the recorded ones out: seed 42 alone
         shutil.rmtree(copied_runs / "06_attacks" / spec.name, ignore_errors=True)
-    before = collect.Collection("smol").table1(n_boot=20)["table1_claims"].set_index(["weights", "attack"])
-    repeated = [s for s in runs.plan_run("06_attacks", PARAMS / collect.MARGIN_SEEDS_06) if s.params["seed"] == 1]
+    before = _table1_claims().set_index(["weights", "attack"])
+    repeated = [s for s in runs.plan_run("06_attacks", PARAMS / recorded.MARGIN_SEEDS_06) if s.params["seed"] == 1]
     assert len(repeated) == 12 and {s.params["attack_data"] for s in repeated} == {"retain", "forget"}
     for spec in repeated:
         source = grid_specs[(spec.params["unlearned_run"], spec.params["attack_data"])].name
@@ -755,7 +771,7 @@ def test_table1s_claims_take_each_attack_at_the_mean_over_its_seeds(copied_runs)
         shift = 0.2 if "method=frp" in spec.params["unlearned_run"] else -0.04
         _fake_record(copied_runs, "06_attacks", spec, source,
                      row={"delta_es": row["delta_es"] + shift, "es_after": row["es_after"] + shift})
-    after = collect.Collection("smol").table1(n_boot=20)["table1_claims"].set_index(["weights", "attack"])
+    after = _table1_claims().set_index(["weights", "attack"])
     for attack in ("retain", "forget"):
         frp_before, rest_before = before.loc[("bf16", attack), "ours_delta_es"].split(" vs ")
         frp_after, rest_after = after.loc[("bf16", attack), "ours_delta_es"].split(" vs ")

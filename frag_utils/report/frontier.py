@@ -1,0 +1,119 @@
+"""The healthy frontier (``05_unlearn.frontier.yaml``): every method at several strengths; which
+checkpoints forget and stay healthy, read from the unlearning records alone; Table 3 over the
+attacked healthy ones per healthy rule; ΔES at matched utility; notebook 07 on them."""
+from __future__ import annotations
+
+import pandas as pd
+
+from . import analysis, plots, tables
+from .book import Table, sourced
+from .recorded import FRONTIER_05, FRONTIER_06, FRONTIER_07, concat, made, row, scored_by_07, seed_deltas, short_label
+
+STRENGTH = {"strength": "g"}
+MODELS, UTILITY_PARTS = Table("frontier_models", STRENGTH), Table("frontier_utility_parts", STRENGTH)
+TABLE3, RECOVERED, MATCHED_UTILITY = Table("frontier_table3"), Table("frontier_recovered"), \
+    Table("frontier_matched_utility")
+LMC, IMPORTANCE = Table("frontier_lmc"), Table("frontier_importance")
+PANELS = Table("frontier_panels", block=False, figure=True)  # the README's first figure
+DECLARED = (MODELS, UTILITY_PARTS, TABLE3, RECOVERED, MATCHED_UTILITY, LMC, IMPORTANCE, PANELS)
+COLUMNS = ["model", "method", "forget_split", "strength", "es", "target_es", "model_utility", "target_model_utility",
+           "utility_wo_fragile", "target_utility_wo_fragile", "forgets", "healthy_paper", "healthy_parts", "l2_all",
+           "FRAG_x100", "A_f_x100", "A_r_x100", "run"]
+
+
+def candidates(rec) -> pd.DataFrame:
+    """One row per recorded run of the frontier's file: its strength (a dense method's learning rate,
+    a pruner's sparsity), forget ES and Model Utility with and without its fragile part beside the
+    target's, whether it forgets and is healthy by each rule (:func:`analysis.healthy_by_rule`)."""
+    found = rec.methods_of_file(FRONTIER_05)
+    rows = []
+    for r in found:
+        ev = r["results"]["evaluation"]
+        rows.append({"model": short_label(r), **row(r), "strength": made(r).get("sparsity")
+                     if row(r)["method"] in analysis.PRUNING else r["provenance"]["params"]["lr"],
+                     "utility_wo_fragile": analysis.utility_without(ev["unlearned"]),
+                     "target_utility_wo_fragile": analysis.utility_without(ev["target"]), "run": r["run"],
+                     **{f"part:{k}": ev["unlearned"][k] for k in analysis.UTILITY_PARTS},
+                     **{f"target:{k}": ev["target"][k] for k in analysis.UTILITY_PARTS}})
+    print(f"{len(found)} of {len(rec.planned('05_unlearn', FRONTIER_05))} runs of {FRONTIER_05} recorded")
+    return analysis.healthy_by_rule(pd.DataFrame(rows)) if rows else pd.DataFrame(columns=COLUMNS)
+
+
+def utility_parts(models: pd.DataFrame) -> pd.DataFrame:
+    """Model Utility's nine parts per candidate, the target's first."""
+    if not len(models):
+        return pd.DataFrame()
+    parts = [c for c in models.columns if c.startswith("part:")]
+    target = models.drop_duplicates("target_model_utility")[[c.replace("part:", "target:") for c in parts]]
+    table = pd.concat([
+        target.rename(columns=lambda c: c.replace("target:", "")).assign(model="target", forget_split="",
+                                                                          strength=None),
+        models[["model", "forget_split", "strength", *parts]].rename(columns=lambda c: c.replace("part:", ""))],
+        ignore_index=True)
+    return table[["model", "forget_split", "strength", *analysis.UTILITY_PARTS]] if len(table) else table
+
+
+def attacked(models: pd.DataFrame, attacks: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``models`` with each attack seed's ΔES, and ES after and the share recovered where attacked;
+    and the attacked ones."""
+    seeds = seed_deltas(attacks)
+    models = models.assign(delta_es=[seeds.get(run.split("/", 1)[1], []) for run in models.run], es_before=models.es)
+    models = models.assign(attack_seeds=models.delta_es.map(len))
+    hit = models[models.attack_seeds.gt(0)]
+    hit = tables.recovery(hit) if len(hit) else hit.assign(es_after=[], recovered=[])
+    return models.join(hit[["es_after", "recovered"]]), hit
+
+
+def per_rule(hit: pd.DataFrame, analyse) -> pd.DataFrame:
+    """``analyse(checkpoints, rule)`` over the checkpoints healthy by each rule, where four are."""
+    chosen = {rule: hit[hit[f"healthy_{rule}"]] if len(hit) else hit for rule in analysis.HEALTHY_RULES}
+    return concat([analyse(c, rule) for rule, c in chosen.items() if len(c) >= 4])
+
+
+def table3(hit: pd.DataFrame, n_boot: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Per healthy rule, :func:`analysis.frontier_table3` beside the paper's and the authors' values,
+    and the same with the share recovered in place of ΔES (post hoc: ΔES is capped by what was forgotten)."""
+    def beside(chosen, rule):
+        t = analysis.table3_beside_authors(analysis.frontier_table3(chosen, n_boot=n_boot))
+        return t.assign(rule=rule, detectable_rho=t.n.map(analysis.detectable_rho))
+
+    return per_rule(hit, beside), per_rule(hit, lambda chosen, rule: analysis.frontier_table3(
+        chosen.assign(delta_es=chosen.recovered_seeds), n_boot=n_boot).assign(rule=rule))
+
+
+def ablations(rec, either: pd.DataFrame, n_boot: int) -> dict[Table, pd.DataFrame]:
+    """The frontier's notebook-07 runs over ``either`` (attacked, healthy by either rule): the paper's
+    ``tab:lmc`` per family, and its ``importance_variants`` with Table 3's intervals per healthy rule.
+    Empty until a 07 run whose parameters equal its file's has scored a checkpoint."""
+    scored, ablation_runs = scored_by_07(rec, FRONTIER_07, either, [r.split("/", 1)[1] for r in either.run])
+    read = [*ablation_runs, *scored.run] if len(scored) else []
+    importance = per_rule(scored, lambda chosen, rule: analysis.importance_rows(analysis.frontier_table3(
+        chosen, analysis.importance_columns(chosen), n_boot=n_boot).assign(rule=rule))) if len(scored) else None
+    return {LMC: sourced(analysis.lmc_table(scored) if len(scored) else pd.DataFrame(), read),
+            IMPORTANCE: sourced(importance if len(scored) else pd.DataFrame(), read)}
+
+
+def build(book) -> dict[Table, object]:
+    """The chapter; keeps ``book.frontier_table3`` for the headline."""
+    rec = book.records
+    models = candidates(rec)
+    found = list(models.run)
+    attacks = [r for f in FRONTIER_06 for r in rec.attacks_of_file(f) if row(r)["attack_data"] == "forget_retain"]
+    models, hit = attacked(models, attacks)
+    t3, recovered = table3(hit, book.n_boot)
+    either = hit[hit.healthy_paper | hit.healthy_parts] if len(hit) else hit
+    read = [*either.run, *(r["run"] for r in attacks if row(r)["unlearned_run"] in
+                           {u.split("/", 1)[1] for u in either.run})]
+    listing = models[[*COLUMNS[:-1], "attack_seeds", "es_after", "recovered", "run"]].assign(
+        delta_es=models.delta_es.map(lambda v: [round(d, 3) for d in v]))
+    book.frontier_table3 = sourced(t3, read)
+    health = {"healthy_rules": analysis.HEALTHY_RULES,
+              "forgets": f"forget ES at least {analysis.MIN_FORGETTING:g} below the target's"}
+    out = {MODELS: sourced(listing, [*found, *(r["run"] for r in attacks)], **health),
+           UTILITY_PARTS: sourced(utility_parts(models), found), TABLE3: book.frontier_table3,
+           RECOVERED: sourced(recovered, read),
+           MATCHED_UTILITY: sourced(analysis.utility_bands(either) if len(either) else pd.DataFrame(), read),
+           **ablations(rec, either, book.n_boot)}
+    if len(t3):
+        out[PANELS] = sourced(plots.frontier_panels(listing, t3), read)
+    return out

@@ -1,0 +1,213 @@
+"""The paper's checkpoints: the faithful grid's models, the paper's Table 1 (averaged over the splits
+and per split), Table 3 in the paper's protocol per precision (the seed repeats of its attacks in its
+intervals, :func:`frag_utils.report.stats.bootstrap_spearman`), the extended set, their figures; and
+the paper's claims one per row, Table 3's (bf16, fp32 beside it) and Table 1's, and the README's
+first table."""
+from __future__ import annotations
+
+import pandas as pd
+
+from .. import drift
+from . import analysis, plots, tables
+from .book import Table, sourced
+from .recorded import MARGIN_SEEDS_06, concat, made, params, row, short_label
+
+UNLEARNED_MODELS, TABLE1, TABLE1_PER_SPLIT = Table("unlearned_models"), Table("table1"), Table("table1_per_split")
+TABLE3_BY_PRECISION, TABLE3_CHECKPOINTS = Table("table3_by_precision"), Table("table3_by_precision_checkpoints")
+TABLE3_RECOVERED, TABLE3_EXTENDED = Table("table3_recovered"), Table("table3_extended")
+TABLE3_EXTENDED_CHECKPOINTS = Table("table3_extended_checkpoints", block=False)
+TABLE3_PANELS = Table("table3_panels", block=False, figure=True)
+TABLE1_BY_PRECISION = Table("frontier_table1", block=False, figure=True)  # Table 1's ΔES against utility
+PER_LAYER_FRAG = Table("per_layer_frag", block=False, figure=True)
+CLAIMS, CLAIMS_FP32 = (Table(name, dict.fromkeys(("paper_1B", "authors_recomputed_1B", ours, "low", "high"), "+.2f"))
+                       for name, ours in (("claims", "ours_bf16"), ("claims_fp32", "ours_fp32")))
+CLAIMS_TABLE1, HEADLINE = Table("claims_table1"), Table("headline", dict.fromkeys(("paper_1B", "authors_1B"), "+.2f"))
+DECLARED = (UNLEARNED_MODELS, TABLE1, TABLE1_PER_SPLIT, TABLE3_BY_PRECISION, TABLE3_CHECKPOINTS, TABLE3_RECOVERED,
+            TABLE3_EXTENDED, TABLE3_EXTENDED_CHECKPOINTS, HEADLINE, CLAIMS, CLAIMS_FP32, CLAIMS_TABLE1, TABLE3_PANELS,
+            TABLE1_BY_PRECISION, PER_LAYER_FRAG)
+CHECKPOINT_COLUMNS = ["weights", "model", "forget_split", "delta_es", "attack_seeds", "es_before", "es_after",
+                      "target_es", "recovered", *analysis.PAPER_TABLE3_PREDICTORS, "run"]
+EXTENDED_COLUMNS = ["weights", "model", "forget_split", "reason", "delta_es", "attack_seeds", "es_before",
+                    "model_utility_before", *analysis.PAPER_TABLE3_PREDICTORS, "run"]
+
+
+def grid_rows(rec) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The grid's attacks (:func:`tables.attack_rows`, with the target's ES and Model Utility), and
+    the seed repeats."""
+    found = rec.attacks_of_file(rec.grid_06)
+    rows = tables.attack_rows(found, rec.method_by_run, short_label)
+    rows = rows.assign(**{k: [row(rec.method_by_run[u])[k] for u in rows.unlearned_run]
+                          for k in ("target_es", "target_model_utility")})
+    repeats = tables.attack_rows(rec.attacks_of_file(rec.seeds_06), rec.method_by_run, short_label)
+    print(f"{len(found)} of {len(rec.planned('06_attacks', rec.grid_06))} runs of {rec.grid_06} recorded, "
+          f"{len(repeats)} of {len(rec.planned('06_attacks', rec.seeds_06))} seed repeats of {rec.seeds_06}")
+    return rows, repeats
+
+
+def _with_repeats(chosen: pd.DataFrame, repeats: pd.DataFrame, read: list[str]) -> pd.DataFrame:
+    """``chosen`` with ΔES the list of its seeds and the share recovered; the runs noted in ``read``."""
+    matched = repeats[repeats.unlearned_run.isin(chosen.unlearned_run) & repeats.attack_data.eq("forget_retain")]
+    read += [*chosen.run, *matched.run]
+    return tables.recovery(tables.with_seed_repeats(chosen, matched))
+
+
+def table3(rec, fr: pd.DataFrame, repeats: pd.DataFrame, n_boot: int) -> dict[str, pd.DataFrame]:
+    """Per precision with four checkpoints: Table 3 (FRP's main setting, veto P 0), its checkpoints,
+    and the same with the share recovered in place of ΔES (post hoc)."""
+    main = {u for u in fr.unlearned_run if not (row(rec.method_by_run[u])["method"] == "frp"
+                                                and made(rec.method_by_run[u]).get("veto"))}
+    by_precision, checkpoints, recovered, read = [], [], [], []
+    for weights, g in fr.groupby("weights"):
+        chosen = analysis.paper_table3_checkpoints(g, main)
+        if len(chosen) >= 4:
+            chosen = _with_repeats(chosen, repeats, read)
+            table = analysis.table3_beside_authors(analysis.paper_table3(chosen, n_boot=n_boot))
+            by_precision.append(table.assign(weights=weights, checkpoints=len(chosen)))
+            checkpoints.append(chosen)
+            recovered.append(analysis.paper_table3(chosen.assign(delta_es=chosen.recovered_seeds),
+                                                   n_boot=n_boot).assign(weights=weights))
+    return {"by_precision": sourced(concat(by_precision), read), "checkpoints": sourced(concat(checkpoints), read),
+            "recovered": sourced(concat(recovered), read)}
+
+
+def extended(fr: pd.DataFrame, repeats: pd.DataFrame, n_boot: int, min_utility_fraction: float) -> tuple:
+    """The extended set (every healthy checkpoint: not gold, Model Utility before the attack at least
+    ``min_utility_fraction`` of the target's; GA and FRP (P 0.15) too) and why each is in or out."""
+    seeds = repeats[repeats.attack_data.eq("forget_retain")].groupby("unlearned_run").size()
+    rule = {"exclusion_rule": "gold model; Model Utility before the attack below "
+                              f"{min_utility_fraction:g} x the target's"}
+    extended_, listing, read = [], [], []
+    for weights, g in fr.groupby("weights"):
+        ok, excluded = analysis.healthy(g[g.method.ne("gold")], min_utility_fraction)
+        listed = pd.concat([ok.assign(reason="included"), excluded])
+        listing.append(listed.assign(attack_seeds=1 + listed.unlearned_run.map(seeds).fillna(0).astype(int)))
+        if len(ok) >= 4:
+            extended_.append(analysis.paper_table3(_with_repeats(ok, repeats, read), n_boot=n_boot).assign(
+                weights=weights))
+    return (sourced(concat(extended_), read, **rule),
+            sourced(concat(listing).reindex(columns=EXTENDED_COLUMNS), fr[fr.method.ne("gold")].run, **rule))
+
+
+def per_layer_frag(rec, forget_split: str = "forget10") -> pd.DataFrame:
+    """Per model of the grid on one split (in bf16 where the grid has it) and decoder block, its
+    contribution to FRAG (``A_f`` share − gamma · ``A_r`` share, x100, over the block's projections)."""
+    found = rec.methods_of_file(rec.grid_05)
+    weights = "bf16" if any(params(r).get("weights") == "bf16" for r in found) else "fp32"
+    found = [r for r in found if params(r).get("weights", "fp32") == weights
+             and params(r)["forget_split"] == forget_split]
+    rows = [{"model": short_label(r), "block": int(m["module"].split("layers.")[1].split(".")[0])
+             if "layers." in m["module"] else -1,
+             "contribution_x100": 100 * (m["a_f_share"] - r["results"]["frag"]["gamma"] * m["a_r_share"])}
+            for r in found for m in r["results"]["frag"]["per_layer"]]
+    table = pd.DataFrame(rows).groupby(["model", "block"], sort=False, as_index=False).sum() if rows else pd.DataFrame()
+    return sourced(table, [r["run"] for r in found])
+
+
+def figures(rec, fr: pd.DataFrame, t3: dict[str, pd.DataFrame]) -> dict[Table, object]:
+    """Table 3 as small multiples, Table 1's ΔES against utility per precision, per-layer FRAG."""
+    out: dict[Table, object] = {}
+    if len(t3["checkpoints"]):
+        out[TABLE3_PANELS] = sourced(plots.table3_panels(t3["checkpoints"], t3["by_precision"]),
+                                     t3["checkpoints"].attrs["source_runs"])
+    if len(fr):
+        out[TABLE1_BY_PRECISION] = sourced(plots.frontier_by_precision(fr), fr.run)
+    per_layer = per_layer_frag(rec)
+    if len(per_layer):
+        out[PER_LAYER_FRAG] = sourced(plots.per_layer_frag(per_layer), per_layer.attrs["source_runs"])
+    return out
+
+
+def same_attack_but_the_seed(repeats: list[dict], attacks: list[dict]) -> None:
+    """Refuse a seed repeat that differs from its attack in more than the seed, or repeats a seed run."""
+    def settings(r):
+        return {k: v for k, v in params(r).items() if k not in ("seed", "run_name")}
+
+    by_attack = {}
+    for r in attacks:
+        s = settings(r)
+        by_attack[(s["unlearned_run"], s["attack_data"])] = (r, s)
+    seen = {(k, params(r)["seed"]) for k, (r, _) in by_attack.items()}
+    for r in repeats:
+        s = settings(r)
+        key = (s["unlearned_run"], s["attack_data"])
+        first, first_settings = by_attack.get(key, (None, None))
+        if first is not None and first_settings != s:
+            differ = sorted(k for k in s.keys() | first_settings.keys() if s.get(k) != first_settings.get(k))
+            raise ValueError(f"{r['run']} repeats {first['run']} at another seed but differs in {differ}: make the "
+                             "parameter files agree (the grid's attack file and its seed-repeat files).")
+        seed = (key, params(r)["seed"])
+        if seed in seen:
+            raise ValueError(f"{r['run']} repeats an attack at a seed it was already run with ({seed[1]}).")
+        seen.add(seed)
+
+
+def _keyed_in(df: pd.DataFrame, other: pd.DataFrame) -> list[bool]:
+    """Which attacks of ``df`` ``other`` has too (the same model and attack data, at any seed)."""
+    keys = set(zip(other.unlearned_run, other.attack_data))
+    return [k in keys for k in zip(df.unlearned_run, df.attack_data)]
+
+
+def table1_claims(rec, rows: pd.DataFrame) -> pd.DataFrame:
+    """Table 1's claims (:func:`analysis.table1_claims`) in bf16, and in fp32 for the attacks recorded
+    in fp32, each attack at the mean over its seeds (Table 3's repeats, :data:`MARGIN_SEEDS_06`); a
+    margin inside the widest range of one checkpoint's seeds is not resolved; FRP's seeds counted."""
+    repeat_records, margin_records = rec.attacks_of_file(rec.seeds_06), rec.attacks_of_file(MARGIN_SEEDS_06)
+    same_attack_but_the_seed([*repeat_records, *margin_records], rec.attacks_of_file(rec.grid_06))
+    repeats = tables.attack_rows(repeat_records, rec.method_by_run, short_label)
+    margin = tables.attack_rows(margin_records, rec.method_by_run, short_label)
+    print(f"{len(margin)} of {len(rec.planned('06_attacks', MARGIN_SEEDS_06))} runs of {MARGIN_SEEDS_06} recorded")
+    target_mu = set(rows.target_model_utility)
+    if len(target_mu) > 1:
+        raise ValueError(f"the grid's models were made from targets of different Model Utility {sorted(target_mu)}")
+    mu = target_mu.pop() if target_mu else float("nan")
+    every = pd.concat([repeats, margin], ignore_index=True)
+    every = every[_keyed_in(every, rows)] if len(every) else every  # a repeat whose seed 42 is not recorded
+    seeded = tables.seed_means(rows, every)
+    repeated = rows[_keyed_in(rows, every)] if len(every) else rows.iloc[:0]
+    spread = drift.attack_seed_range(list(tables.with_seed_repeats(repeated, every).delta_es)) if len(every) \
+        else float("nan")
+    table1_seeded = tables.table1(seeded) if len(seeded) else pd.DataFrame()
+    in_fp32 = set(rows[rows.weights.eq("fp32")].attack_data)
+    claims = pd.concat([analysis.table1_claims(table1_seeded, mu, seed_spread=spread),
+                        analysis.table1_claims(table1_seeded, mu, weights="fp32", seed_spread=spread).pipe(
+                            lambda c: c[c.attack.isin(in_fp32)])], ignore_index=True)
+    frp = seeded[seeded.model.map(analysis.TABLE1_KEYS).eq("frp_p0")]
+    frp = frp.groupby(["weights", "attack_data"]).attack_seeds.min()
+    claims = claims.assign(frp_attack_seeds=[frp.get(k, float("nan")) for k in zip(claims.weights, claims.attack)])
+    return sourced(claims, [*rows.run, *repeats.run, *margin.run])
+
+
+def headline(book) -> pd.DataFrame:
+    """The README's first table (:func:`analysis.headline`): over the healthy frontier (the paper's
+    rule) once four checkpoints are attacked, until then over the paper's Table 3 in bf16."""
+    ft3, t3 = book.frontier_table3, book.table3
+    on_frontier = bool(len(ft3)) and ft3.rule.eq("paper").any()
+    chosen = ft3 if on_frontier else t3
+    table = analysis.headline(ft3[ft3.rule.eq("paper")] if on_frontier else t3[t3.weights.eq("bf16")] if len(t3)
+                              else t3)
+    return sourced(table, chosen.attrs["source_runs"])
+
+
+def build(book) -> dict[Table, object]:
+    """The chapter (after the frontier's: the headline reads its Table 3); keeps the grid's attacks
+    (``book.grid_rows``), Table 3 and its checkpoints (ΔES a list of seeds) for later chapters."""
+    rec = book.records
+    found = rec.methods_of_file(rec.grid_05)
+    print(f"{len(found)} of {len(rec.planned('05_unlearn', rec.grid_05))} runs of {rec.grid_05} recorded")
+    rows, repeats = grid_rows(rec)
+    fr = rows[rows.attack_data.eq("forget_retain")]
+    t3 = table3(rec, fr, repeats, book.n_boot)
+    book.grid_rows, book.table3_checkpoints, book.table3 = rows, t3["checkpoints"], t3["by_precision"]
+    checkpoints = t3["checkpoints"].reindex(columns=CHECKPOINT_COLUMNS).assign(
+        delta_es=lambda t: t.delta_es.map(lambda seeds: [round(d, 3) for d in seeds]))
+    ext, listing = extended(fr, repeats, book.n_boot, book.min_utility_fraction)
+    read = t3["by_precision"].attrs["source_runs"]
+    claims_fp32 = analysis.claims(t3["by_precision"], t3["checkpoints"], weights="fp32", n_boot=book.n_boot)
+    claims = analysis.beside(analysis.claims(t3["by_precision"], t3["checkpoints"], n_boot=book.n_boot), claims_fp32)
+    return {UNLEARNED_MODELS: sourced(rec.model_frame(found), [r["run"] for r in found]),
+            TABLE1: sourced(tables.table1(rows) if len(rows) else pd.DataFrame(), rows.run),
+            TABLE1_PER_SPLIT: sourced(tables.table1_per_split(rows), rows.run),
+            TABLE3_BY_PRECISION: t3["by_precision"], TABLE3_CHECKPOINTS: sourced(checkpoints, read),
+            TABLE3_RECOVERED: t3["recovered"], TABLE3_EXTENDED: ext, TABLE3_EXTENDED_CHECKPOINTS: listing,
+            HEADLINE: headline(book), CLAIMS: sourced(claims, read), CLAIMS_FP32: sourced(claims_fp32, read),
+            CLAIMS_TABLE1: table1_claims(rec, rows), **figures(rec, fr, t3)}

@@ -1,0 +1,358 @@
+"""General statistics of the analysis layer: Spearman's ρ with a nested bootstrap interval
+(methods, then checkpoints, then attack seeds), permutation p-values, and the within-stratum ρ.
+Nothing here knows the paper: :mod:`frag_utils.report.analysis` applies them to its tables."""
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import numpy as np
+from scipy import stats
+
+
+def spearman(x: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's rho (average ranks for ties); NaN when either side is constant or n < 3."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) != len(y):
+        raise ValueError(f"x and y differ in length ({len(x)} and {len(y)}).")
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan")
+    return float(stats.spearmanr(x, y).statistic)
+
+
+def _clean(xs: Sequence[Sequence[float]], y: Sequence[float | Sequence[float]],
+           groups: Sequence | None = None) -> tuple[list, list, int, list | None]:
+    """The checkpoints every ``x`` of ``xs`` and at least one seed of ``y`` are finite on: the x
+    arrays, the finite seeds of each, how many checkpoints were dropped, and their groups."""
+    xs = [np.asarray(x, float) for x in xs]
+    if any(len(x) != len(y) for x in xs) or groups is not None and len(groups) != len(y):
+        raise ValueError(f"x, y and groups differ in length ({[len(x) for x in xs]}, {len(y)} and "
+                         f"{None if groups is None else len(groups)}).")
+    runs = [np.atleast_1d(np.asarray(v, float)) for v in y]
+    runs = [v[np.isfinite(v)] for v in runs]
+    keep = [i for i in range(len(y)) if all(np.isfinite(x[i]) for x in xs) and len(runs[i])]
+    kept_groups = None if groups is None else [list(groups)[i] for i in keep]
+    return [x[keep] for x in xs], [runs[i] for i in keep], len(y) - len(keep), kept_groups
+
+
+@functools.lru_cache(maxsize=32)
+def _draws(counts: tuple[int, ...], n_boot: int, seed: int, groups: tuple | None) -> tuple:
+    """The bootstrap's resamples of checkpoints with ``counts`` seeds each, drawn at each level that
+    varies: with ``groups`` (the method of each checkpoint), methods with replacement, then within
+    each drawn method its checkpoints with replacement; without, checkpoints with replacement. Then,
+    for each drawn checkpoint, its seeds with replacement. The draws depend on the counts only, so
+    every predictor scored on the same checkpoints sees the same resamples (paired), drawn once.
+
+    Returns:
+        ``(sizes, idx, seeds, parts)``, read-only: the checkpoints drawn by each resample
+        (``sizes[b]`` of them, concatenated in ``idx``); for each drawn checkpoint its drawn seeds,
+        as positions in the seeds' values concatenated in checkpoint order, in ascending order (the
+        same seeds drawn in another order are the same mean), padded with the position one past
+        the end; and per resample the positions of each drawn method (a method drawn twice is two
+        strata; without ``groups``, one stratum).
+    """
+    rng = np.random.default_rng(seed)
+    n, offsets = len(counts), np.concatenate([[0], np.cumsum(counts, dtype=int)])
+    members = None if groups is None else [np.flatnonzero(np.asarray(groups) == g) for g in dict.fromkeys(groups)]
+    sizes, idxs, rows, parts_all = [], [], [], []
+    for _ in range(n_boot):
+        if members is None:
+            idx, parts = rng.integers(0, n, n), [np.arange(n)]
+        else:
+            drawn = [members[k] for k in rng.integers(0, len(members), len(members))]
+            picks = [m[rng.integers(0, len(m), len(m))] for m in drawn]
+            idx = np.concatenate(picks)
+            ends = np.cumsum([len(m) for m in picks])
+            parts = [np.arange(e - len(m), e) for m, e in zip(picks, ends)]
+        for i in idx:
+            k = counts[i]
+            rows.append(offsets[i] + (np.sort(rng.integers(0, k, k)) if k > 1 else np.zeros(1, int)))
+        sizes.append(len(idx)), idxs.append(idx), parts_all.append(parts)
+    seeds = np.full((len(rows), max(counts, default=1)), offsets[-1])
+    for r, row in enumerate(rows):
+        seeds[r, :len(row)] = row
+    out = np.asarray(sizes, int), np.concatenate(idxs) if idxs else np.zeros(0, int), seeds
+    for a in out:
+        a.setflags(write=False)
+    return (*out, parts_all)
+
+
+def _rows_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's ρ of each row of ``x`` with the same row of ``y`` (``[rows, n]``; a 1-D ``x`` is
+    every row's), as :func:`spearman` gives it row by row (average ranks for ties; NaN for a
+    constant row or n < 3), in one pass."""
+    x = np.broadcast_to(x, y.shape)
+    if x.shape[1] < 3:
+        return np.full(len(x), np.nan)
+    rx, ry = stats.rankdata(x, axis=1), stats.rankdata(y, axis=1)
+    rx, ry = rx - rx.mean(axis=1, keepdims=True), ry - ry.mean(axis=1, keepdims=True)
+    norm = np.sqrt((rx ** 2).sum(axis=1) * (ry ** 2).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(norm > 0, (rx * ry).sum(axis=1) / norm, np.nan)
+
+
+def _resampled(runs: list, n_boot: int, seed: int, groups: Sequence | None) -> tuple:
+    """The resamples of :func:`_draws` for these checkpoints: per resample its drawn checkpoints,
+    their seed means (each the sum of its drawn seeds in ascending order over their number, so that
+    equal seeds are an equal mean), and its strata."""
+    if not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be an integer (the resamples are drawn once per seed); got {seed!r}.")
+    sizes, idx, seeds, parts = _draws(tuple(len(v) for v in runs), n_boot, int(seed),
+                                      None if groups is None else tuple(groups))
+    flat = np.concatenate([*runs, [0.0]])  # the padding position reads the 0 at the end
+    values = flat[seeds]
+    ys = values[:, 0].copy()
+    for j in range(1, values.shape[1]):
+        ys += values[:, j]
+    return sizes, idx, ys / np.maximum((seeds < len(flat) - 1).sum(axis=1), 1), parts
+
+
+def _boot_rhos(xs: list[np.ndarray], runs: list, n_boot: int, seed: int, groups: Sequence | None) -> np.ndarray:
+    """ρ of each of ``xs`` with ΔES in every resample (``[len(xs), n_boot]``, NaN where a side is
+    constant), the resamples of the same length scored together."""
+    sizes, idx, ys, _ = _resampled(runs, n_boot, seed, groups)
+    starts = np.cumsum(sizes) - sizes
+    out = np.full((len(xs), n_boot), np.nan)
+    for m in np.unique(sizes):
+        which = np.flatnonzero(sizes == m)
+        pos = starts[which][:, None] + np.arange(m)
+        for k, x in enumerate(xs):
+            out[k, which] = _rows_spearman(x[idx[pos]], ys[pos])
+    return out
+
+
+def _interval(draws: list, level: float) -> tuple[float, float, int]:
+    draws = np.asarray(draws, float)
+    ok = draws[~np.isnan(draws)]
+    tail = (1 - level) / 2
+    low, high = (np.quantile(ok, [tail, 1 - tail]) if len(ok) else (np.nan, np.nan))
+    return float(low), float(high), int(len(draws) - len(ok))
+
+
+def _check_boot(n_boot: int, level: float) -> None:
+    if n_boot < 1 or not 0 < level < 1:
+        raise ValueError(f"n_boot must be >= 1 and level in (0, 1); got {n_boot}, {level}.")
+
+
+def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], n_boot: int = 2000,
+                       level: float = 0.95, seed: int = 0, groups: Sequence | None = None) -> dict:
+    """Spearman's rho with a percentile bootstrap interval over resampled checkpoints.
+
+    ``y[i]`` is one number, or the numbers of checkpoint ``i`` under several attack seeds. Rho is
+    taken against each checkpoint's mean over its seeds; each resample draws checkpoints with
+    replacement and, within each drawn checkpoint, its seeds with replacement, so the interval
+    carries both the choice of checkpoints and the seed noise (with one seed per checkpoint it is
+    the plain pairs bootstrap). With ``groups`` (each checkpoint's method), methods are drawn first
+    and checkpoints within each drawn method (:func:`_draws`): checkpoints of one method are not
+    independent draws, and the interval then carries the choice of methods too. Checkpoints whose
+    ``x`` or every ``y`` is not finite are dropped first (``n_dropped``); so are a checkpoint's
+    non-finite seeds. Resamples in which either side is constant have no rho and are left out;
+    their number is returned as ``n_degenerate``.
+
+    Returns:
+        ``{"rho", "low", "high", "n", "n_groups", "n_seeds", "n_boot", "n_degenerate", "n_dropped"}``
+        (``n_seeds``: the seeds per checkpoint, as a list; ``n_groups``: methods, or ``n``).
+    Raises:
+        ValueError: lengths differ, ``n_boot < 1`` or ``level`` outside (0, 1).
+    """
+    _check_boot(n_boot, level)
+    (x,), runs, n_dropped, groups = _clean([x], y, groups)  # rho and its interval describe the same checkpoints
+    rho = spearman(x, [v.mean() for v in runs])
+    low, high, degenerate = _interval(_boot_rhos([x], runs, n_boot, seed, groups)[0], level)
+    return {"rho": rho, "low": low, "high": high, "n": len(x),
+            "n_groups": len(x) if groups is None else len(set(groups)), "n_seeds": [len(v) for v in runs],
+            "n_boot": n_boot, "n_degenerate": degenerate, "n_dropped": n_dropped}
+
+
+def bootstrap_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequence[float | Sequence[float]],
+                           n_boot: int = 2000, level: float = 0.95, seed: int = 0,
+                           groups: Sequence | None = None) -> dict:
+    """ρ(x_b, ΔES) − ρ(x_a, ΔES) with a percentile interval from paired resamples (the same
+    checkpoints and seeds for both predictors, as :func:`bootstrap_spearman` draws them), over the
+    checkpoints both predictors are finite on: whether one predictor ranks robustness better than
+    another, which two separate intervals cannot say. ``groups`` as in :func:`bootstrap_spearman`.
+
+    Returns:
+        ``{"gap", "low", "high", "n", "n_degenerate", "n_dropped"}``.
+    """
+    _check_boot(n_boot, level)
+    (a, b), runs, n_dropped, groups = _clean([x_a, x_b], y, groups)
+    means = [v.mean() for v in runs]
+    gap = spearman(b, means) - spearman(a, means)
+    rho_a, rho_b = _boot_rhos([a, b], runs, n_boot, seed, groups)
+    low, high, degenerate = _interval(rho_b - rho_a, level)
+    return {"gap": gap, "low": low, "high": high, "n": len(runs), "n_degenerate": degenerate, "n_dropped": n_dropped}
+
+
+@functools.lru_cache(maxsize=32)
+def _permutations(n: int, n_perm: int, seed: int, strata: tuple[tuple[int, ...], ...] | None = None):
+    """``(orders, exact)``: every reordering of ``n`` items (within each stratum, where given) when
+    there are at most ``n_perm`` of them, else ``n_perm`` random ones (the observed order among them),
+    as an ``[orders, n]`` array; drawn once for every predictor scored on the same checkpoints."""
+    import itertools
+    import math
+
+    strata = [np.asarray(s) for s in strata] if strata else [np.arange(n)]
+    count = math.prod(math.factorial(len(s)) for s in strata)
+    if count <= n_perm:
+        orders = []
+        for combo in itertools.product(*(itertools.permutations(s) for s in strata)):
+            order = np.arange(n)
+            for s, p in zip(strata, combo):
+                order[s] = p
+            orders.append(order)
+        return np.asarray(orders), True
+    rng = np.random.default_rng(seed)
+    orders = np.tile(np.arange(n), (n_perm, 1))
+    for row in orders:
+        for s in strata:
+            row[s] = rng.permutation(s)
+    return orders, False
+
+
+def _stratified(x: np.ndarray, ys: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
+    """The within-group ρ of ``x`` with each row of ``ys`` (``[rows, n]``; a 1-D ``ys`` is one row),
+    averaged over groups weighted by their sizes; groups of fewer than 3 checkpoints or constant on
+    either side carry no ρ and are left out (NaN where none is left)."""
+    ys = np.atleast_2d(ys)
+    total, weight = np.zeros(len(ys)), np.zeros(len(ys))
+    for g in groups:
+        if len(g) < 3:
+            continue
+        r = _rows_spearman(x[g], ys[:, g])
+        ok = np.isfinite(r)
+        total[ok] += len(g) * r[ok]
+        weight[ok] += len(g)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(weight > 0, total / weight, np.nan)
+
+
+def _p_value(observed: float, null: Sequence[float], exact: bool) -> float:
+    """Two-sided: the share of the null at least as far from 0 as ``observed`` (for random
+    reorderings, (k + 1) / (N + 1), counting the observed order once). A tiny tolerance keeps
+    ties of floating-point rank sums from being lost."""
+    null = np.abs(np.asarray(null, float)[~np.isnan(null)])
+    k = int((null >= abs(observed) - 1e-12).sum())
+    return k / len(null) if exact else (k + 1) / (len(null) + 1)
+
+
+def permutation_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], n_perm: int = 20000,
+                         seed: int = 0, strata: Sequence | None = None) -> dict:
+    """Two-sided permutation p-value of Spearman's ρ(x, y) (``y`` per checkpoint, or a list of
+    seeds averaged), by every reordering of ``y`` where there are at most ``n_perm`` (exact), else
+    ``n_perm`` random ones. With ``strata`` (each checkpoint's method) ``y`` is reordered only
+    within a method: the null of :func:`stratified_spearman`. Reordering across every checkpoint
+    takes them as exchangeable under the null, which checkpoints of one method are not: read a
+    pooled p-value beside the interval that resamples methods, not in its place.
+
+    Returns:
+        ``{"rho", "p", "n", "n_perm", "exact"}`` (``rho``: pooled, or stratified with ``strata``).
+    """
+    (x,), runs, _, strata = _clean([x], y, strata)
+    ys = np.array([v.mean() for v in runs])
+    groups = None if strata is None else [np.flatnonzero(np.asarray(strata) == g) for g in dict.fromkeys(strata)]
+    rho = spearman(x, ys) if groups is None else float(_stratified(x, ys, groups)[0])
+    orders, exact = _permutations(len(x), n_perm, seed, None if groups is None else tuple(map(tuple, groups)))
+    if not np.isfinite(rho):
+        return {"rho": rho, "p": np.nan, "n": len(x), "n_perm": len(orders), "exact": exact}
+    permuted = ys[orders]
+    null = _rows_spearman(x, permuted) if groups is None else _stratified(x, permuted, groups)
+    return {"rho": rho, "p": _p_value(rho, null, exact), "n": len(x), "n_perm": len(orders), "exact": exact}
+
+
+def permutation_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequence[float | Sequence[float]],
+                             n_perm: int = 20000, seed: int = 0) -> dict:
+    """Two-sided permutation p-value of ρ(x_b, y) − ρ(x_a, y): under the null that the two
+    predictors rank robustness equally well, a checkpoint's rank under one is as likely to be its
+    rank under the other, so the two ranks are swapped within each checkpoint, every one of the
+    2^n ways where there are at most ``n_perm`` (exact), else ``n_perm`` random ones.
+
+    Returns:
+        ``{"gap", "p", "n", "n_perm", "exact"}``.
+    """
+    import itertools
+
+    (a, b), runs, _, _ = _clean([x_a, x_b], y)
+    ys = np.array([v.mean() for v in runs])
+    ra, rb = stats.rankdata(a), stats.rankdata(b)
+    gap = spearman(rb, ys) - spearman(ra, ys)
+    n = len(ys)
+    if 2 ** n <= n_perm:
+        flips, exact = np.array(list(itertools.product((False, True), repeat=n)), bool).reshape(-1, n), True
+    else:
+        flips, exact = np.random.default_rng(seed).random((n_perm, n)) < 0.5, False
+    # ρ(y, x') for each row x' of a matrix: the same Pearson-of-ranks with y in the role of x
+    null = _rows_spearman(ys, np.where(flips, ra, rb)) - _rows_spearman(ys, np.where(flips, rb, ra))
+    return {"gap": gap, "p": _p_value(gap, null, exact) if np.isfinite(gap) else np.nan, "n": n,
+            "n_perm": len(null), "exact": exact}
+
+
+def _within_draws(x: np.ndarray, yb: np.ndarray, sizes: np.ndarray, idx: np.ndarray, parts: list,
+                  cell: np.ndarray) -> np.ndarray:
+    """The stratified ρ of every resample at once: :func:`_stratified` of each resample's drawn
+    checkpoints, its strata each drawn method's checkpoints of one cell (in the order the method
+    drew them, the cells in order of first appearance), as the loop over resamples gives it, bit
+    for bit: the strata's ρ scored together by size, then summed per resample in the same order."""
+    n_boot = len(sizes)
+    draw = np.repeat(np.arange(n_boot), sizes)
+    # each drawn method is a run of consecutive positions: number them over all resamples
+    lengths = np.fromiter((len(q) for p in parts for q in p), int)
+    part = np.repeat(np.arange(len(lengths)), lengths)
+    key = part * (int(cell.max(initial=0)) + 1) + cell[idx]
+    _, first, inverse, counts = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
+    order = np.lexsort((np.arange(len(key)), first[inverse]))  # strata in drawing order, members in order
+    in_order = np.argsort(first)
+    starts, size = first[in_order], counts[in_order]  # each stratum's first position and size, in drawing order
+    offsets = np.cumsum(size) - size
+    rho = np.full(len(size), np.nan)
+    for m in np.unique(size[size >= 3]):
+        which = np.flatnonzero(size == m)
+        pos = order[offsets[which][:, None] + np.arange(m)]
+        rho[which] = _rows_spearman(x[idx[pos]], yb[pos])
+    stratum_draw = draw[starts]
+    rank = np.arange(len(size)) - np.searchsorted(stratum_draw, stratum_draw)
+    total, weight = np.zeros(n_boot), np.zeros(n_boot)
+    for j in range(int(rank.max(initial=-1)) + 1):
+        at = rank == j
+        ok = np.isfinite(rho[at])  # a stratum of fewer than 3 has no ρ (NaN)
+        b = stratum_draw[at][ok]
+        total[b] += size[at][ok] * rho[at][ok]
+        weight[b] += size[at][ok]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(weight > 0, total / weight, np.nan)
+
+
+def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], groups: Sequence,
+                        n_boot: int = 2000, level: float = 0.95, seed: int = 0,
+                        cells: Sequence | None = None) -> dict:
+    """The within-method rank correlation: Spearman's ρ of ``x`` with ``y`` among the checkpoints of
+    each method (its strengths), averaged over methods weighted by their checkpoints. It asks
+    whether, within one method, the stronger updates that a predictor scores higher recover less;
+    differences between methods do not enter it, so it is where more checkpoints per method buy
+    power (the pooled ρ's interval stays wide with few methods however many checkpoints each has).
+    The interval resamples methods, checkpoints within each and seeds within each (:func:`_draws`).
+
+    ``cells`` (one label per checkpoint, finer than its method: the method on one forget split)
+    takes the ρ within each cell instead, since ΔES on two forget sets are not one scale, while the
+    interval still draws methods whole: a method's cells are not independent draws.
+
+    Returns:
+        ``{"rho", "low", "high", "n", "n_groups", "per_group": {cell: (rho, n)}, "n_degenerate"}``;
+        cells of fewer than 3 checkpoints carry no ρ and count in ``n`` but not in ``rho``.
+    """
+    _check_boot(n_boot, level)
+    cells = list(groups) if cells is None else list(cells)
+    if len(cells) != len(groups):
+        raise ValueError(f"cells and groups differ in length ({len(cells)} and {len(groups)}).")
+    codes = {c: k for k, c in enumerate(dict.fromkeys(cells))}
+    (x,), runs, _, keyed = _clean([x], y, [(g, codes[c]) for g, c in zip(groups, cells)])
+    groups, cell = [g for g, _ in keyed], np.array([c for _, c in keyed], int)
+    labels = [c for c in codes if codes[c] in set(cell)]
+    members = [np.flatnonzero(cell == codes[c]) for c in labels]
+    ys = np.array([v.mean() for v in runs])
+    rho = float(_stratified(x, ys, members)[0])
+    sizes, idx, yb, parts = _resampled(runs, n_boot, seed, groups)
+    low, high, degenerate = _interval(_within_draws(x, yb, sizes, idx, parts, cell), level)
+    return {"rho": rho, "low": low, "high": high, "n": len(x), "n_groups": len(set(groups)),
+            "per_group": {c: (spearman(x[m], ys[m]), len(m)) for c, m in zip(labels, members)},
+            "n_degenerate": degenerate}
