@@ -294,20 +294,21 @@ def test_table1_claims_compare_frp_with_the_lowest_baseline_and_flag_collapsed_m
     assert (forget.ours_es, forget.ours_delta_es) == ("0.300 vs 0.200 (RMU)", "0.450 vs 0.100 (GradDiff)")
     assert (fr.ours_es, fr.ours_delta_es) == ("0.300 vs 0.400 (SP)", "0.150 vs 0.100 (GradDiff)")
     # SP, the lowest baseline in ES, is collapsed before the attack (0.05 < 0.15): named, FRP is not
-    assert retain.verdict == "holds; Model Utility before the attack below 0.5 x the target's (0.150): SP 0.050"
+    assert retain.verdict == ("holds; utility collapsed: Model Utility before the attack below 0.5 x the target's "
+                              "(0.150), SP 0.050")
     assert retain.what_follows.startswith("at 135M FRP resists this attack best")
     # a margin inside the attack seeds' spread is named: ΔES 0.050 vs 0.100 at a spread of 0.06, ES 0.1 is not
     spread = A.table1_claims(table1, target_model_utility=0.3, seed_spread=0.06).set_index("attack")
     assert spread.loc["retain", "verdict"] == (
-        "holds; the margin in ΔES by 0.050 is inside the attack-seed spread (0.060): not resolved; Model Utility "
-        "before the attack below 0.5 x the target's (0.150): SP 0.050")
+        "holds; not resolved: the margin in ΔES by 0.050 is inside the attack-seed spread (0.060); utility collapsed: "
+        "Model Utility before the attack below 0.5 x the target's (0.150), SP 0.050")
     assert forget.verdict == "does not hold" and forget.what_follows.startswith("at 135M a baseline keeps less")
     assert fr.verdict.startswith("holds for ES, not for ΔES; ")
     # FRP collapsed before the attack: its lower ES is not called robustness, whatever the utility after it
     frp_collapsed = table1.assign(mu_before=np.where(table1.model.eq("FRP (P 0)"), 0.0, 0.3))
     c = A.table1_claims(frp_collapsed, target_model_utility=0.3)
-    assert c.iloc[0].verdict == ("holds; Model Utility before the attack below 0.5 x the target's (0.150): "
-                                 "FRP (P 0) 0.000")
+    assert c.iloc[0].verdict == ("holds; utility collapsed: Model Utility before the attack below 0.5 x the target's "
+                                 "(0.150), FRP (P 0) 0.000")
     assert c.iloc[0].what_follows.startswith("FRP's low forget ES comes with a collapsed model")
     assert c.iloc[0].frp_model_utility == 0.0
     only_delta = table1.assign(forget_es=np.where(table1.model.eq("FRP (P 0)"), 0.9, table1.forget_es),

@@ -34,56 +34,59 @@ def _table3():
     return pd.concat(parts, ignore_index=True), pd.concat(tabs, ignore_index=True)
 
 
-def test_table3_panels_are_a_panel_per_predictor_and_precision_with_rho_in_the_title():
+def _legend_labels(fig) -> list[str]:
+    return [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+
+
+def test_table3_panels_are_two_panels_per_precision_with_rho_in_the_title_and_one_legend():
     cp, table = _table3()
     fig = plots.table3_panels(cp, table)
-    assert len(fig.axes) == 2 * 4
+    assert len(fig.axes) == 2 * 2  # FRAG's gap and global L2, per precision
     first = fig.axes[0]
-    row = table[table.weights.eq("bf16") & table.subset.eq("all") & table.predictor.eq("l2_all")].iloc[0]
-    assert first.get_title().startswith("bf16: global L2") and f"ρ {row.rho:+.2f}" in first.get_title()
-    assert "11 attacks" in first.get_title() and "n 10" in first.get_title()  # 10 checkpoints, one of them 2 seeds
-    # every seed a faint dot and every checkpoint a marker at its mean: 11 + 10 points, 10 labels
-    assert sum(len(c.get_offsets()) for c in first.collections) == 21 and len(first.texts) == 10
-    means = sorted(float(c.get_offsets()[0][1]) for c in first.collections[1::2])
-    assert means[0] == 0.0 and 0.05 in [round(m, 10) for m in means]
+    row = table[table.weights.eq("bf16") & table.subset.eq("all") & table.predictor.eq("FRAG_x100")].iloc[0]
+    assert first.get_title().startswith("bf16 · FRAG gap") and f"ρ {row.rho:+.2f} [{row.low:+.2f}" in first.get_title()
+    # every seed a faint dot and every checkpoint a marker at its mean (11 + 10 points), no per-point text
+    assert sum(len(c.get_offsets()) for c in first.collections) == 21 and not first.texts
+    means = sorted(float(y) for c in first.collections if len(c.get_offsets()) < 10 for _, y in c.get_offsets())
+    assert 0.05 in [round(m, 10) for m in means]
+    assert set(_legend_labels(fig)) == {*cp.model, *cp.forget_split}
     again = plots.table3_panels(cp, table)
     assert _png(fig) == _png(again)
     plots.close(fig)
     plots.close(again)
 
 
-def test_frontier_by_precision_labels_each_point_with_method_and_split():
-    cp, _ = _table3()
-    rows = cp.assign(model_utility_before=0.3, delta_es=[sum(v) / len(v) for v in cp.delta_es])
-    fig = plots.frontier_by_precision(rows)
-    assert [ax.get_title() for ax in fig.axes[:2]] == ["weights bf16", "weights fp32"]
-    short = {"forget10": "f10", "forget05": "f05"}
-    bf16 = rows[rows.weights.eq("bf16")]
-    assert sorted(t.get_text() for t in fig.axes[0].texts) == sorted(
-        f"{m} {short[s]}" for m, s in zip(bf16.model, bf16.forget_split))
-    assert sum(len(c.get_offsets()) for c in fig.axes[0].collections) == len(bf16)
-    plots.close(fig)
-
-
-def test_per_layer_figure_has_a_panel_per_model():
-    per_layer = pd.DataFrame({"model": ["a", "a", "b", "b"], "block": [0, 1, 0, 1],
-                              "contribution_x100": [1.0, 2.0, -0.5, 0.5]})
-    fig = plots.per_layer_frag(per_layer)
-    assert len(fig.axes) == 2
-    plots.close(fig)
-
-
-def test_frontier_by_precision_keeps_one_colour_per_model_across_panels():
+def test_frontier_by_precision_is_a_panel_per_precision_with_one_colour_per_model():
     cp, _ = _table3()
     rows = cp.assign(model_utility_before=0.3, delta_es=[sum(v) / len(v) for v in cp.delta_es])
     gold = rows.iloc[:1].assign(model="gold", method="gold", run="g")  # in the bf16 panel only, as in the grid
     fig = plots.frontier_by_precision(pd.concat([gold, rows], ignore_index=True))
-    colours = []
-    for ax in fig.axes[:2]:  # the points are drawn and labelled in the rows' order
-        points = next(c for c in ax.collections if len(c.get_offsets()) == len(ax.texts))
-        colours.append({t.get_text().rsplit(" ", 1)[0]: tuple(points.get_facecolors()[i])
-                        for i, t in enumerate(ax.texts)})
-    # the same model is drawn in the same colour in both panels, and the legend names the gold model
-    assert all(colours[0][m] == colours[1][m] for m in colours[1])
-    assert "gold" in [t.get_text() for t in fig.axes[1].get_legend().get_texts()]
+    assert [ax.get_title() for ax in fig.axes] == ["weights bf16", "weights fp32"]
+    assert not any(ax.texts for ax in fig.axes)
+    assert sum(len(c.get_offsets()) for c in fig.axes[0].collections) == 1 + len(rows[rows.weights.eq("bf16")])
+    # the same model in the same colour in both panels (and in every figure), the legend naming each
+    colour = {}
+    for ax in fig.axes:
+        for c in ax.collections:
+            for face in c.get_facecolors():
+                colour.setdefault(tuple(face), set()).add(id(ax))
+    assert sum(len(v) == 2 for v in colour.values()) == rows.model.nunique()
+    assert "gold" in _legend_labels(fig)
     plots.close(fig)
+
+
+def test_per_layer_figure_splits_dense_and_pruned_models_into_two_panels():
+    per_layer = pd.DataFrame({"model": ["GA", "GA", "FRP (P 0)", "FRP (P 0)"], "block": [0, 1, 0, 1],
+                              "contribution_x100": [1.0, 3.0, -0.5, 0.5]})
+    fig = plots.per_layer_frag(per_layer)
+    assert [ax.get_title() for ax in fig.axes] == ["dense methods and gold", "pruning"]
+    # each line is the model's share of the sum of its blocks' absolute contributions
+    assert list(fig.axes[0].lines[0].get_ydata()) == [0.25, 0.75]
+    assert list(fig.axes[1].lines[0].get_ydata()) == [-0.5, 0.5]
+    plots.close(fig)
+
+
+def test_a_model_has_one_colour_in_every_figure():
+    _, sns = plots._pyplot()
+    a, b = plots.colours(sns, ["SP", "GA", "new"]), plots.colours(sns, ["GA", "WGA"])
+    assert a["GA"] == b["GA"] and list(a) == ["GA", "SP", "new"] and a["new"] not in (a["GA"], a["SP"], b["WGA"])

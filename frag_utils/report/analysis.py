@@ -366,14 +366,14 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
                        "ΔES": abs(ours.loc["frp_p0", cols[1]] - base[cols[1]].min())}
             inside = [f"{k} by {v:.3f}" for k, v in margins.items() if v < seed_spread]
             if inside:
-                verdict += (f"; the margin in {' and '.join(inside)} is inside the attack-seed spread "
-                            f"({seed_spread:.3f}): not resolved")
+                verdict += (f"; not resolved: the margin in {' and '.join(inside)} is inside the attack-seed spread "
+                            f"({seed_spread:.3f})")
             named = dict.fromkeys(["frp_p0", base[cols[0]].idxmin(), base[cols[1]].idxmin()])
             collapsed = [m for m in named if ours.loc[m, "mu_before"] < floor]
             if collapsed:
-                verdict += (f"; Model Utility before the attack below {min_utility_fraction:g} x the target's "
-                            f"({floor:.3f}): " + ", ".join(f"{_LABELS[m]} {ours.loc[m, 'mu_before']:.3f}"
-                                                          for m in collapsed))
+                verdict += (f"; utility collapsed: Model Utility before the attack below {min_utility_fraction:g} x "
+                            f"the target's ({floor:.3f}), " + ", ".join(f"{_LABELS[m]} {ours.loc[m, 'mu_before']:.3f}"
+                                                                       for m in collapsed))
             follows = ("FRP's low forget ES comes with a collapsed model: by the paper's premise, not robustness"
                        if "frp_p0" in collapsed and (es_low or delta_low) else
                        "at 135M FRP resists this attack best, with its utility kept" if es_low and delta_low else

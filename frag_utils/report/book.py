@@ -5,6 +5,7 @@ to its provenance file; :class:`Book` reads the records once and builds a family
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,17 +16,30 @@ from .. import paths, records
 from .recorded import GRID_05, GRID_06, SEEDS_06, Records
 
 SOURCES = "source_runs"
+# What the Markdown a page shows leaves to the CSV beside it (:func:`for_the_eye`): run paths, the
+# bootstrap's bookkeeping, the authors' other model sizes, sentences of reasoning
+HIDDEN = {"resampled", "degenerate_resamples", "p_perm", "within_p_perm", "within_strata", "requires", "authors_3B",
+          "authors_pooled", "what_follows", "target_utility_wo_fragile"}
+MAX_COLUMNS = 12
 
 
 @dataclass(frozen=True)
 class Table:
     """Written as ``<name>.md/.tex/.csv`` (``formats``: per column, the Markdown and LaTeX cell format),
-    or as ``<name>.png`` with ``figure``; ``block``: ``frag_utils.readme`` fills ``smol-<name>`` from it."""
+    as ``<name>.png`` with ``figure``, or as ``<name>.md`` alone with ``text`` (sentences built from
+    other tables: :class:`Text`); ``block``: ``frag_utils.readme`` fills ``smol-<name>`` from it."""
 
     name: str
     formats: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
     block: bool = True
     figure: bool = False
+    text: bool = False
+    shown: tuple[str, ...] = ()  # the columns its Markdown shows, where the rule of for_the_eye leaves too many
+    labels: dict[str, str] = field(default_factory=dict, hash=False, compare=False)  # shorter Markdown headers
+
+
+class Text(str):
+    """Markdown sentences that carry their source runs like a table (:func:`sourced`)."""
 
 
 def sourced(obj: Any, runs: Any, **provenance: Any) -> Any:
@@ -42,6 +56,50 @@ def sources(obj: Any) -> list[str] | str:
     return obj.attrs[SOURCES]
 
 
+def _is_run(df: pd.DataFrame, column: str) -> bool:
+    """Whether ``column`` holds run paths (text), not a count of runs."""
+    named = column in ("run", "runs") or column.endswith("_run") or column.startswith("attack_run")
+    return named and not pd.api.types.is_numeric_dtype(df[column])
+
+
+def short_verdict(text: Any) -> Any:
+    """A verdict as a table shows it: each clause without its parenthesis, and cut at its first colon
+    where it is long; the CSV keeps every word."""
+    if not isinstance(text, str):
+        return text
+    clauses = [re.sub(r" \([^()]*(\([^()]*\)[^()]*)*\)", "", c).strip() for c in text.split("; ")]
+    if len("; ".join(clauses)) > 60:  # "not resolved: the margin in ... is inside ..." -> "not resolved"
+        clauses = [c.split(": ")[0] if len(c) > 30 else c for c in clauses]
+    return "; ".join(clauses)
+
+
+def for_the_eye(df: pd.DataFrame, table: Table) -> tuple[pd.DataFrame, dict[str, str]]:
+    """The table as its Markdown shows it, and the formats of what is left: no run paths or
+    :data:`HIDDEN` columns, each interval in one cell (``+0.03 [-0.36, +0.58]``), at most
+    :data:`MAX_COLUMNS` columns (``table.shown`` says which where more are left). The CSV keeps all."""
+    formats = dict(table.formats)
+    out = df[[c for c in df.columns if not _is_run(df, c) and c not in HIDDEN]].copy()
+    for prefix in ("", "within_"):
+        low, high = f"{prefix}low", f"{prefix}high"
+        points = [c for c in out.columns if c == f"{prefix}rho" or (not prefix and c.startswith("ours_"))]
+        if low in out and high in out and points:
+            fmt, point = formats.get(points[0], "+.2f"), out[points[0]]
+            out[points[0]] = [x if not isinstance(x, (int, float)) or x != x else f"{x:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+                              for x, lo, hi in zip(point, out[low], out[high])]
+            formats.pop(points[0], None)
+            out = out.drop(columns=[low, high])
+    if "verdict" in out:
+        out["verdict"] = out.verdict.map(short_verdict)
+    if table.shown:
+        out = out[list(table.shown)]
+    out = out.rename(columns=table.labels)
+    formats = {table.labels.get(k, k): f for k, f in formats.items()}
+    if len(out.columns) > MAX_COLUMNS:
+        raise ValueError(f"{table.name} shows {len(out.columns)} columns in Markdown: declare the {MAX_COLUMNS} "
+                         "a reader compares (Table.shown)")
+    return out, {k: f for k, f in formats.items() if k in out}
+
+
 def write(out_dir: Path, prov: dict, built: dict[Table, Any]) -> list[str]:
     """Write each non-empty table, then each figure, to ``out_dir`` with a provenance file naming
     its source runs, and remove every other table or figure there (one that came out empty, or
@@ -50,10 +108,17 @@ def write(out_dir: Path, prov: dict, built: dict[Table, Any]) -> list[str]:
     for table, obj in sorted(built.items(), key=lambda item: item[0].figure):
         if table.figure:
             records.write_figure(obj, out_dir / table.name, {**prov, SOURCES: sources(obj)})
+        elif table.text and obj:
+            md = records.atomic_write_text((out_dir / table.name).with_suffix(".md"), f"{obj}\n")
+            records.write_json((out_dir / table.name).with_suffix(".provenance.json"), {"files": [md.name]},
+                               {**prov, SOURCES: sources(obj)})
         elif len(obj):
             formats = {k: f for k, f in table.formats.items() if k in obj}
             records.write_table(obj, out_dir / table.name, {**prov, SOURCES: sources(obj), **obj.attrs["provenance"]},
                                 formats=formats or None)
+            shown, formats = for_the_eye(obj, table)  # the Markdown a page shows; the CSV and LaTeX keep all
+            records.atomic_write_text((out_dir / table.name).with_suffix(".md"), shown.to_markdown(
+                index=False, floatfmt=tuple(formats.get(c, ".3f") for c in shown.columns)) + "\n")
         else:
             continue
         written.append(table.name)
@@ -102,7 +167,9 @@ class Book:
             from IPython.display import Markdown, display
 
             for t, obj in built.items():
-                if not t.figure:
+                if t.text:
+                    display(Markdown(obj))
+                elif not t.figure:
                     display(Markdown(f"**`{t.name}`** ({len(obj)} rows)"), obj)
         return {f"{t.name}.png" if t.figure else t.name: obj for t, obj in built.items()}
 
@@ -118,5 +185,5 @@ class Book:
     def summary(self) -> dict:
         """Notebook 09's own record: each table's source runs and rows, the figures."""
         return {"sources": {t.name: sources(obj) for t, obj in self.built.items()},
-                "n_rows": {t.name: len(obj) for t, obj in self.built.items() if not t.figure},
+                "n_rows": {t.name: len(obj) for t, obj in self.built.items() if not (t.figure or t.text)},
                 "figures": sorted(t.name for t in self.built if t.figure)}

@@ -25,7 +25,10 @@ from .recorded import (
 
 SPARSITY = dict.fromkeys(("lambda", "sparsity", "frp_sparsity", "sp_sparsity"), "g")
 NOISE, NOISE_FIGURE = Table("noise_controls"), Table("noise_controls", block=False, figure=True)
-MATCHED, LAMBDA = Table("matched_controls", SPARSITY), Table("ablation_lambda", SPARSITY)
+MATCHED = Table("matched_controls", SPARSITY, shown=(
+    "matched", "frp_sparsity", "sp_sparsity", "l2_gap_pct", "es_frp", "es_sp", "model_utility_frp", "model_utility_sp",
+    "delta_es_frp", "delta_es_sp", "FRAG_x100_frp", "FRAG_x100_sp"))
+LAMBDA = Table("ablation_lambda", SPARSITY)
 SPARSITY_, SCORING = Table("ablation_sparsity", SPARSITY), Table("ablation_scoring", SPARSITY)
 PRECISION, TABLE3_LMC, TABLE3_IMPORTANCE = Table("attack_precision"), Table("table3_lmc"), Table("table3_importance")
 DECLARED = (NOISE, MATCHED, LAMBDA, SPARSITY_, SCORING, TABLE3_IMPORTANCE, TABLE3_LMC, PRECISION, NOISE_FIGURE)

@@ -6,16 +6,25 @@ from __future__ import annotations
 import pandas as pd
 
 from . import analysis, plots, tables
-from .book import Table, sourced
+from .book import Table, Text, sourced
 from .recorded import FRONTIER_05, FRONTIER_06, FRONTIER_07, concat, made, row, scored_by_07, seed_deltas, short_label
 
 STRENGTH = {"strength": "g"}
-MODELS, UTILITY_PARTS = Table("frontier_models", STRENGTH), Table("frontier_utility_parts", STRENGTH)
+MODELS = Table("frontier_models", STRENGTH, shown=(
+    "model", "forget_split", "strength", "es", "model_utility", "forgets", "healthy_paper", "healthy_parts", "l2_all",
+    "FRAG_x100", "es_after", "delta_es"))
+UTILITY_PARTS = Table("frontier_utility_parts", STRENGTH, labels={  # Model Utility's parts, by set and metric
+    f"{s}_perturbed/{m}": f"{short} {m_short}" for s, short in (("retain", "retain"), ("real_authors", "authors"),
+                                                                ("world_facts", "facts"))
+    for m, m_short in (("probability", "prob"), ("rouge", "ROUGE"), ("truth_ratio", "TR"))})
 TABLE3, RECOVERED, MATCHED_UTILITY = Table("frontier_table3"), Table("frontier_recovered"), \
     Table("frontier_matched_utility")
 LMC, IMPORTANCE = Table("frontier_lmc"), Table("frontier_importance")
 PANELS = Table("frontier_panels", block=False, figure=True)  # the README's first figure
-DECLARED = (MODELS, UTILITY_PARTS, TABLE3, RECOVERED, MATCHED_UTILITY, LMC, IMPORTANCE, PANELS)
+VERDICT = Table("headline_verdict", text=True)  # the README's answer, under its first table
+DECLARED = (MODELS, UTILITY_PARTS, TABLE3, RECOVERED, MATCHED_UTILITY, LMC, IMPORTANCE, PANELS, VERDICT)
+PREDICTOR_WORDS = {"l2_all": "global L2", "FRAG_x100": "FRAG's gap", "A_f_x100": "cos(F, ΔW²)",
+                   "A_r_x100": "cos(R, ΔW²)"}
 COLUMNS = ["model", "method", "forget_split", "strength", "es", "target_es", "model_utility", "target_model_utility",
            "utility_wo_fragile", "target_utility_wo_fragile", "forgets", "healthy_paper", "healthy_parts", "l2_all",
            "FRAG_x100", "A_f_x100", "A_r_x100", "run"]
@@ -93,6 +102,39 @@ def ablations(rec, either: pd.DataFrame, n_boot: int) -> dict[Table, pd.DataFram
             IMPORTANCE: sourced(importance if len(scored) else pd.DataFrame(), read)}
 
 
+def _interval(r) -> str:
+    return f"{r.rho:+.2f} [{r.low:+.2f}, {r.high:+.2f}]"
+
+
+def verdict(t3: pd.DataFrame, recovered: pd.DataFrame, rule: str = "paper") -> str:
+    """The README's answer in at most three sentences, from the pooled ρ over every healthy checkpoint
+    by ``rule`` (``t3``: ΔES, ``recovered``: the share recovered, post hoc): whether FRAG's gap ranks
+    ΔES, beside global L2, with n and the smallest ρ n detects; then every pooled interval that
+    excludes 0, whichever its sign; then within a method, where strengths add power."""
+    t = t3[t3.rule.eq(rule) & t3.subset.eq("all")].set_index("predictor")
+    rec = recovered[recovered.rule.eq(rule) & recovered.subset.eq("all")].set_index("predictor")
+    frag, l2 = t.loc["FRAG_x100"], t.loc["l2_all"]
+    excludes = (frag.low > 0) or (frag.high < 0)
+    answer = ("Not resolved" if not excludes else "Yes, with the paper's negative sign" if frag.high < 0
+              else "No, the paper's opposite sign")
+    first = (f"**{answer}:** over the {int(frag.n)} healthy checkpoints of {int(frag.methods)} methods, FRAG's "
+             f"gap ranks ΔES at ρ {_interval(frag)} and global L2 at {_interval(l2)}, with methods resampled, and "
+             f"{int(frag.n)} checkpoints detect only |ρ| ≥ {frag.detectable_rho:.2f}.")
+
+    def said(r) -> str:  # the paper's sign is negative for every predictor (Table 3)
+        return f"{_interval(r)}, " + ("the paper's sign" if r.high < 0 else "the opposite sign")
+
+    resolved = [f"{PREDICTOR_WORDS[p]} with ΔES, {said(r)}" for p, r in t.iterrows() if r.low > 0 or r.high < 0]
+    resolved += [f"{PREDICTOR_WORDS[p]} with the share of the forgotten ES recovered (post hoc), {said(r)}"
+                 for p, r in rec.iterrows() if r.low > 0 or r.high < 0]
+    second = ("No other pooled interval excludes 0." if not resolved else
+              f"{'Pooled intervals' if len(resolved) > 1 else 'The one pooled interval'} that exclude"
+              f"{'' if len(resolved) > 1 else 's'} 0: {'; '.join(resolved)}.")
+    third = (f"Within a method (its strengths, pooled over methods), FRAG's gap ranks ΔES at {frag.within_rho:+.2f} "
+             f"[{frag.within_low:+.2f}, {frag.within_high:+.2f}].")
+    return " ".join((first, second, third))
+
+
 def build(book) -> dict[Table, object]:
     """The chapter; keeps ``book.frontier_table3`` for the headline."""
     rec = book.records
@@ -116,4 +158,5 @@ def build(book) -> dict[Table, object]:
            **ablations(rec, either, book.n_boot)}
     if len(t3):
         out[PANELS] = sourced(plots.frontier_panels(listing, t3), read)
+        out[VERDICT] = sourced(Text(verdict(t3, recovered)), read)
     return out

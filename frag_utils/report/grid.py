@@ -8,7 +8,10 @@ from .book import Table, sourced
 from .recorded import DENSE, PROTOCOL_PILOT, STRENGTH_PILOT, name, params, row
 
 RATES = dict.fromkeys(("lr", "rmu_coeff", "model_lr"), "g")
-STRENGTH, PROTOCOL = Table("strength_pilot", RATES), Table("protocol_pilot", RATES)
+STRENGTH = Table("strength_pilot", RATES, shown=(
+    "model", "weights", "forget_split", "lr", "rmu_coeff", "es", "es_retain", "model_utility", "l2_all", "FRAG_x100",
+    "target_es"))
+PROTOCOL = Table("protocol_pilot", RATES)
 GRID_TIMES = Table("grid_times", {"hours": ".2f", "median_minutes": ".1f", "estimated_hours": ".2f"})
 OTHER_ATTACKS = Table("other_runs_attacks", RATES, block=False)
 OTHER_UNLEARNING = Table("other_runs_unlearning", RATES, block=False)

@@ -12,16 +12,27 @@ from . import analysis, plots, tables
 from .book import Table, sourced
 from .recorded import MARGIN_SEEDS_06, concat, made, params, row, short_label
 
-UNLEARNED_MODELS, TABLE1, TABLE1_PER_SPLIT = Table("unlearned_models"), Table("table1"), Table("table1_per_split")
-TABLE3_BY_PRECISION, TABLE3_CHECKPOINTS = Table("table3_by_precision"), Table("table3_by_precision_checkpoints")
+UNLEARNED_MODELS = Table("unlearned_models", shown=(
+    "model", "weights", "forget_split", "es", "es_retain", "model_utility", "l2_all", "FRAG_x100", "A_f_x100",
+    "A_r_x100", "target_es"))
+TABLE1 = Table("table1", shown=(
+    "weights", "model", "es_before", "mu_before", "retain_es", "retain_delta_es", "forget_es", "forget_delta_es",
+    "forget_retain_es", "forget_retain_delta_es", "avg_delta_es"))
+TABLE1_PER_SPLIT = Table("table1_per_split")
+TABLE3_BY_PRECISION = Table("table3_by_precision")
+TABLE3_CHECKPOINTS = Table("table3_by_precision_checkpoints", shown=(
+    "weights", "model", "forget_split", "delta_es", "attack_seeds", "es_before", "recovered", "l2_all", "FRAG_x100",
+    "A_f_x100", "A_r_x100"))
 TABLE3_RECOVERED, TABLE3_EXTENDED = Table("table3_recovered"), Table("table3_extended")
 TABLE3_EXTENDED_CHECKPOINTS = Table("table3_extended_checkpoints", block=False)
 TABLE3_PANELS = Table("table3_panels", block=False, figure=True)
 TABLE1_BY_PRECISION = Table("frontier_table1", block=False, figure=True)  # Table 1's ΔES against utility
 PER_LAYER_FRAG = Table("per_layer_frag", block=False, figure=True)
-CLAIMS, CLAIMS_FP32 = (Table(name, dict.fromkeys(("paper_1B", "authors_recomputed_1B", ours, "low", "high"), "+.2f"))
+CLAIMS, CLAIMS_FP32 = (Table(name, dict.fromkeys(("paper_1B", "authors_recomputed_1B", ours, "low", "high"), "+.2f"),
+                             shown=("claim", "subset", "paper_1B", ours, "n", "verdict"))
                        for name, ours in (("claims", "ours_bf16"), ("claims_fp32", "ours_fp32")))
-CLAIMS_TABLE1, HEADLINE = Table("claims_table1"), Table("headline", dict.fromkeys(("paper_1B", "authors_1B"), "+.2f"))
+CLAIMS_TABLE1 = Table("claims_table1", shown=("claim", "weights", "ours_delta_es", "verdict"))
+HEADLINE = Table("headline", dict.fromkeys(("paper_1B", "authors_1B"), "+.2f"))
 DECLARED = (UNLEARNED_MODELS, TABLE1, TABLE1_PER_SPLIT, TABLE3_BY_PRECISION, TABLE3_CHECKPOINTS, TABLE3_RECOVERED,
             TABLE3_EXTENDED, TABLE3_EXTENDED_CHECKPOINTS, HEADLINE, CLAIMS, CLAIMS_FP32, CLAIMS_TABLE1, TABLE3_PANELS,
             TABLE1_BY_PRECISION, PER_LAYER_FRAG)

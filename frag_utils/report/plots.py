@@ -2,8 +2,9 @@
 
 Every function returns a matplotlib figure (the notebook shows it inline and
 :func:`frag_utils.records.write_figure` saves it as PNG). The Agg backend is used when no other
-was chosen, so nothing here opens a window; layouts are fixed (adjustText with a fixed iteration
-limit), so a figure's bytes depend on its table only.
+was chosen, so nothing here opens a window; layouts are fixed, so a figure's bytes depend on its
+table only. Every figure has one legend, no per-point text, at most 2 x 2 panels, the same colour for a
+model in every figure, and a title that says what to look at.
 """
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from . import analysis
 
 
 def _pyplot():
@@ -29,115 +28,190 @@ def _pyplot():
 
 PREDICTOR_NAMES = {"l2_all": "global L2", "FRAG_x100": "FRAG gap (Eq. 5) x100", "A_f_x100": "cos(F, ΔW²) x100",
                    "A_r_x100": "cos(R, ΔW²) x100"}
-SPLIT_SHORT = {"forget01": "f01", "forget05": "f05", "forget10": "f10"}
+# one colour per model in every figure, in this order (tab10, then tab20's light shades)
+MODEL_ORDER = ("gold", "GA", "GradDiff", "NPO", "RMU", "SP", "FRP (P 0)", "FRP (P 0.15)", "SimNPO", "IdkDPO",
+               "UNDIAL", "WGA")
+SPLIT_MARKERS = {"forget10": "o", "forget05": "s", "forget01": "^"}
+PANEL_PREDICTORS = ("FRAG_x100", "l2_all")  # the paper's predictor against the distance it says is not enough
+LEGEND_AT = 0.85  # the legend sits right of the panels, from this fraction of the figure's width
 
 
-def _short(model: str, split: str) -> str:
-    return f"{model} {SPLIT_SHORT.get(split, split)}"
+def colours(sns: Any, labels: Any) -> dict:
+    """A colour per model label, the same in every figure (:data:`MODEL_ORDER`; others after it)."""
+    palette = sns.color_palette("tab10", 10) + sns.color_palette("tab20", 20)[1::2]
+    known = {m: palette[i] for i, m in enumerate(MODEL_ORDER)}
+    extra = iter(palette[len(MODEL_ORDER):] * 2)
+    labels = list(dict.fromkeys(labels))
+    return {m: known.get(m) or next(extra) for m in [*[m for m in MODEL_ORDER if m in labels],
+                                                    *[m for m in labels if m not in known]]}
+
+
+def _mean(seeds: Any) -> float:
+    return float(np.mean(np.atleast_1d(np.asarray(seeds, float))))
+
+
+def _legend(fig: Any, colour: dict, splits: Any) -> None:
+    """One legend for the figure: a coloured marker per model, a grey marker per split."""
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=c, marker="o", lw=1, markeredgecolor="black", markeredgewidth=0.4, label=m)
+               for m, c in colour.items()]
+    handles += [Line2D([], [], color="grey", marker=SPLIT_MARKERS.get(s, "o"), lw=0, label=s)
+                for s in dict.fromkeys(splits)]
+    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(LEGEND_AT, 0.5), fontsize=7, frameon=False)
+
+
+def _points(ax: Any, pts: pd.DataFrame, x: str, y: str, colour: dict, join: str | None) -> None:
+    """A marker per checkpoint (colour the model, shape the split); with ``join``, the checkpoints of
+    one model and split joined in that column's order, so a method's direction shows."""
+    for (label, split), g in pts.groupby(["model", "forget_split"], sort=False):
+        if join and len(g) > 1:
+            g = g.sort_values(join)
+            ax.plot(g[x], g[y], color=colour[label], lw=1.0, alpha=0.8, zorder=1)
+        ax.scatter(g[x], g[y], color=colour[label], marker=SPLIT_MARKERS.get(split, "o"), s=30, edgecolor="black",
+                   lw=0.4, zorder=2)
+
+
+def _x_axis(ax: Any, values: pd.Series, name: str) -> None:
+    """Label the x axis; a log scale where the values are positive and span more than 30x (the dense
+    methods' updates are a hundred times smaller than the pruners')."""
+    if len(values) and (values > 0).all() and values.max() / values.min() > 30:
+        ax.set_xscale("log")
+        name += " (log scale)"
+    ax.set_xlabel(name, fontsize=8)
+    ax.tick_params(labelsize=7)
+
+
+def _rho(name: str, r: Any, within: bool = False) -> str:
+    text = f"{name}: ρ {r.rho:+.2f} [{r.low:+.2f}, {r.high:+.2f}]" if np.isfinite(r.rho) else f"{name}: ρ undefined"
+    if within and np.isfinite(r.get("within_rho", np.nan)):
+        text += f"\nwithin a method ρ {r.within_rho:+.2f} [{r.within_low:+.2f}, {r.within_high:+.2f}]"
+    return text
+
+
+def frontier_panels(models: pd.DataFrame, table: pd.DataFrame, rule: str = "paper") -> Any:
+    """The README's figure: ΔES (the mean of each checkpoint's attack seeds) against FRAG's gap and
+    against global L2, one marker per healthy checkpoint by ``rule`` (``models``: the frontier's
+    ``frontier_models``), a method's strengths joined; each title gives the pooled and the
+    within-method ρ with their intervals (``table``: ``frontier_table3``)."""
+    plt, sns = _pyplot()
+    pts = models[models.attack_seeds.gt(0) & models[f"healthy_{rule}"]]
+    pts = pts.assign(mean_delta=pts.delta_es.map(_mean))
+    colour = colours(sns, pts.model)
+    rho = table[table.rule.eq(rule) & table.subset.eq("all")].set_index("predictor")
+    fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.6), sharey=True)
+    for ax, p in zip(axes, PANEL_PREDICTORS):
+        _points(ax, pts, p, "mean_delta", colour, join="strength")
+        ax.set_title(_rho(PREDICTOR_NAMES[p], rho.loc[p], within=True), fontsize=8)
+        _x_axis(ax, pts[p], PREDICTOR_NAMES[p])
+    axes[0].set_ylabel("ΔES, forget+retain attack\n(mean of its seeds)", fontsize=8)
+    _legend(fig, colour, pts.forget_split)
+    r = rho.loc[PANEL_PREDICTORS[0]]
+    fig.suptitle(f"Healthy frontier, {int(r.n)} checkpoints of {int(r.methods)} methods: does the predictor rank "
+                 "ΔES? Lines join one method's strengths", fontsize=8.5)
+    fig.tight_layout(rect=(0, 0, LEGEND_AT, 1))
+    return fig
 
 
 def table3_panels(checkpoints: pd.DataFrame, table: pd.DataFrame, subset: str = "all") -> Any:
-    """Table 3 as small multiples: a row of panels per weight precision, a panel per predictor.
-    Each checkpoint (``checkpoints``: ``weights``, ``model``, ``forget_split``, the predictors, and
-    ``delta_es`` as the list of its attack seeds) is a labelled marker at its mean ΔES, its seeds
-    faint dots above and below; the title gives ρ over ``subset`` with its interval (``table``:
-    :func:`frag_utils.report.analysis.paper_table3` rows with a ``weights`` column)."""
+    """The paper's Table 3 checkpoints: a row of two panels per weight precision, ΔES against FRAG's
+    gap and global L2, each checkpoint a marker at its mean ΔES with its seeds as faint dots
+    (``checkpoints``: ``weights``, ``model``, ``forget_split``, the predictors, ``delta_es`` as the
+    list of its seeds), ρ over ``subset`` in each title (``table``: :func:`analysis.paper_table3`
+    rows with a ``weights`` column)."""
     plt, sns = _pyplot()
-    precisions = list(dict.fromkeys(checkpoints.weights))
-    predictors = analysis.PAPER_TABLE3_PREDICTORS
-    models = list(dict.fromkeys(checkpoints.model))
-    colour = dict(zip(models, sns.color_palette(n_colors=len(models))))
-    fig, axes = plt.subplots(len(precisions), len(predictors), squeeze=False,
-                             figsize=(3.1 * len(predictors), 2.8 * len(precisions)))
-    for i, weights in enumerate(precisions):
-        part = checkpoints[checkpoints.weights.eq(weights)]
+    pts = checkpoints.assign(mean_delta=checkpoints.delta_es.map(_mean))
+    precisions = list(dict.fromkeys(pts.weights))
+    colour = colours(sns, pts.model)
+    fig, axes = plt.subplots(len(precisions), 2, figsize=(8.0, 3.1 * len(precisions)), squeeze=False)
+    for row, weights in zip(axes, precisions):
+        part = pts[pts.weights.eq(weights)]
         rho = table[table.weights.eq(weights) & table.subset.eq(subset)].set_index("predictor")
-        for j, p in enumerate(predictors):
-            ax = axes[i][j]
-            for x, seeds, model, split in zip(part[p], part.delta_es, part.model, part.forget_split):
+        for ax, p in zip(row, PANEL_PREDICTORS):
+            for x, seeds, label in zip(part[p], part.delta_es, part.model):
                 seeds = np.atleast_1d(np.asarray(seeds, float))
-                ax.scatter(np.full(len(seeds), x), seeds, s=7, color=colour[model], alpha=0.35, lw=0)
-                ax.scatter([x], [seeds.mean()], s=26, color=colour[model], edgecolor="black", lw=0.4)
-                ax.annotate(_short(model, split), (x, seeds.mean()), xytext=(3, 2), textcoords="offset points",
-                            fontsize=5)
-            r = rho.loc[p] if p in rho.index else None
-            stats = ""
-            if r is not None:
-                stats = (f"\nρ {r.rho:+.2f} [{r.low:+.2f}, {r.high:+.2f}]" if np.isfinite(r.rho)
-                         else "\nρ undefined (a constant)") + f", n {int(r.n)}, {int(r.attacks)} attacks"
-            ax.set_title(f"{weights}: {PREDICTOR_NAMES[p]}{stats}", fontsize=7)
-            ax.set_xlabel(PREDICTOR_NAMES[p], fontsize=7)
-            ax.set_ylabel("ΔES (forget+retain)" if j == 0 else "", fontsize=7)
-            ax.tick_params(labelsize=6)
-    fig.tight_layout()
+                ax.scatter(np.full(len(seeds), x), seeds, s=7, color=colour[label], alpha=0.35, lw=0)
+            _points(ax, part, p, "mean_delta", colour, join=None)
+            ax.set_title(f"{weights} · {_rho(PREDICTOR_NAMES[p], rho.loc[p])}", fontsize=8)
+            _x_axis(ax, part[p], PREDICTOR_NAMES[p])
+        row[0].set_ylabel("ΔES, forget+retain attack", fontsize=8)
+    _legend(fig, colour, pts.forget_split)
+    n = int(table[table.subset.eq(subset)].n.max()) if len(table) else 0
+    fig.suptitle(f"The paper's Table 3 checkpoints ({n} per precision): ΔES against each predictor; faint dots "
+                 "are the attack seeds", fontsize=8.5)
+    fig.tight_layout(rect=(0, 0, LEGEND_AT, 1))
     return fig
 
 
 def frontier_by_precision(rows: pd.DataFrame, threshold: float = 0.10) -> Any:
-    """The robustness/utility frontier of the Table 1 grid: ΔES under the forget+retain attack
-    against Model Utility before it, a panel per weight precision, colour the method, marker the
-    split, each point labelled with both (``rows``: ``weights``, ``model``, ``forget_split``,
-    ``model_utility_before``, ``delta_es``)."""
-    from adjustText import adjust_text
-
+    """Table 1's grid as a robustness/utility frontier: ΔES under the forget+retain attack against
+    Model Utility before it, a panel per weight precision, colour the model, marker the split
+    (``rows``: ``weights``, ``model``, ``forget_split``, ``model_utility_before``, ``delta_es``)."""
     plt, sns = _pyplot()
     precisions = list(dict.fromkeys(rows.weights))
-    models, splits = list(dict.fromkeys(rows.model)), list(dict.fromkeys(rows.forget_split))
-    colour = dict(zip(models, sns.color_palette(n_colors=len(models))))  # one colour per model in every panel
-    fig, axes = plt.subplots(1, len(precisions), figsize=(5.2 * len(precisions), 4.2), squeeze=False, sharey=True)
+    colour = colours(sns, rows.model)
+    fig, axes = plt.subplots(1, len(precisions), figsize=(4.0 * len(precisions) + 1.4, 3.6), squeeze=False,
+                             sharey=True)
     for ax, weights in zip(axes[0], precisions):
-        part = rows[rows.weights.eq(weights)]
-        sns.scatterplot(data=part, x="model_utility_before", y="delta_es", hue="model", style="forget_split", s=55,
-                        hue_order=[m for m in models if m in set(part.model)], palette=colour, style_order=splits,
-                        ax=ax, legend="brief" if ax is axes[0][0] else False)
-        texts = [ax.text(x, y, _short(m, s), fontsize=6) for x, y, m, s in
-                 zip(part.model_utility_before, part.delta_es, part.model, part.forget_split)]
+        _points(ax, rows[rows.weights.eq(weights)], "model_utility_before", "delta_es", colour, join=None)
         ax.axhline(threshold, color="grey", ls=":", lw=1)
-        ax.set(xlabel="Model Utility before the attack", ylabel="ΔES (forget+retain attack)",
-               title=f"weights {weights}")
-        fig.tight_layout()
-        adjust_text(texts, x=list(part.model_utility_before), y=list(part.delta_es), ax=ax, iter_lim=1000,
-                    arrowprops={"arrowstyle": "-", "color": "grey", "lw": 0.5})
-    handles, labels = axes[0][0].get_legend_handles_labels()  # the first panel's: every model and split
-    axes[0][0].get_legend().remove()
-    axes[0][-1].legend(handles, labels, bbox_to_anchor=(1.01, 1), loc="upper left", fontsize=6)
-    fig.tight_layout()
+        ax.set_title(f"weights {weights}", fontsize=8)
+        _x_axis(ax, pd.Series(dtype=float), "Model Utility before the attack")
+    axes[0][0].set_ylabel("ΔES, forget+retain attack", fontsize=8)
+    _legend(fig, colour, rows.forget_split)
+    fig.suptitle("Table 1's models: robust (low ΔES) and useful (high utility) sit bottom right", fontsize=8.5)
+    fig.tight_layout(rect=(0, 0, LEGEND_AT, 1))
     return fig
 
 
 def per_layer_frag(per_layer: pd.DataFrame) -> Any:
-    """FRAG's contribution per decoder block (``model``, ``block``, ``contribution_x100``), one
-    panel per model."""
-    _, sns = _pyplot()
-    grid = sns.catplot(data=per_layer, x="block", y="contribution_x100", col="model", col_wrap=3, kind="bar",
-                       height=2.2, aspect=1.6, color="C0", sharey=False)
-    grid.set_titles("{col_name}", size=7)
-    grid.set_axis_labels("decoder block", "FRAG contribution (x100)")
-    for ax in grid.axes.flat:
-        ax.tick_params(axis="x", labelsize=5)
-    return grid.figure
+    """Where FRAG's gap comes from: each model's contribution per decoder block as a share of the
+    sum of its blocks' absolute contributions (``model``, ``block``, ``contribution_x100``), a line
+    per model, the dense methods and the pruners in two panels (their scales differ a hundredfold)."""
+    plt, sns = _pyplot()
+    colour = colours(sns, per_layer.model)
+    share = per_layer.contribution_x100 / per_layer.groupby("model").contribution_x100.transform(
+        lambda v: v.abs().sum())
+    data = per_layer.assign(share=share)
+    pruned = data.model.str.startswith(("FRP", "SP"))
+    groups = [(title, part) for title, part in (("dense methods and gold", data[~pruned]), ("pruning", data[pruned]))
+              if len(part)]
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.0 * len(groups) + 1.4, 3.4), squeeze=False, sharey=True)
+    for ax, (title, part) in zip(axes[0], groups):
+        for label, g in part.groupby("model", sort=False):
+            ax.plot(g.block, g.share, color=colour[label], lw=1.2, marker="o", ms=2.5)
+        ax.axhline(0, color="grey", lw=0.6)
+        ax.set_title(title, fontsize=8)
+        _x_axis(ax, pd.Series(dtype=float), "decoder block")
+    axes[0][0].set_ylabel("share of the model's FRAG gap", fontsize=8)
+    _legend(fig, colour, [])
+    fig.suptitle("Where each model's FRAG gap comes from, block by block", fontsize=8.5)
+    fig.tight_layout(rect=(0, 0, LEGEND_AT, 1))
+    return fig
 
 
-NOISE_PANELS = {"l2_all": "global L2", "A_f_x100": "cos(F, ΔW²) x100", "A_r_x100": "cos(R, ΔW²) x100",
-                "FRAG_x100": "FRAG gap (Eq. 5) x100", "es": "forget ES before the attack",
-                "retain_delta_es": "ΔES (retain attack)", "forget_retain_delta_es": "ΔES (forget+retain attack)"}
+NOISE_PANELS = {"FRAG_x100": "FRAG gap (Eq. 5) x100", "l2_all": "global L2", "es": "forget ES before the attack",
+                "forget_retain_delta_es": "ΔES (forget+retain attack)"}
 
 
 def noise_controls(table: pd.DataFrame) -> Any:
     """The direction-blind controls beside FRP (``table``: ``model`` and the columns of
-    :data:`NOISE_PANELS`): a panel per quantity, a bar per checkpoint, so noise at FRP's L2 reads
-    against FRP in each: what the paper expects is a FRAG gap near zero and no forgetting."""
+    :data:`NOISE_PANELS`): a panel per quantity, a bar per checkpoint with its value, so noise at
+    FRP's L2 reads against FRP in each."""
     plt, sns = _pyplot()
-    fig, axes = plt.subplots(1, len(NOISE_PANELS), figsize=(2.4 * len(NOISE_PANELS), 3.2))
-    colours = dict(zip(table.model, sns.color_palette(n_colors=len(table))))
-    for ax, (column, title) in zip(axes, NOISE_PANELS.items()):
+    fig, axes = plt.subplots(2, 2, figsize=(7.0, 5.0))
+    colour = dict(zip(table.model, sns.color_palette("tab10", n_colors=len(table))))
+    for ax, (column, title) in zip(axes.flat, NOISE_PANELS.items()):
         values = pd.to_numeric(table[column], errors="coerce")
-        ax.bar(range(len(table)), values.fillna(0), color=[colours[m] for m in table.model])
+        ax.barh(range(len(table)), values.fillna(0), color=[colour[m] for m in table.model])
         for i, v in enumerate(values):
-            ax.text(i, 0, "not yet" if pd.isna(v) else "", rotation=90, fontsize=6, ha="center", va="bottom")
-        ax.set_xticks(range(len(table)), table.model, rotation=35, ha="right", fontsize=6)
-        ax.set_title(title, fontsize=7)
-        ax.tick_params(axis="y", labelsize=6)
+            ax.text(0, i, " not run" if pd.isna(v) else f" {v:.3g}", va="center", fontsize=7)
+        ax.set_yticks(range(len(table)), table.model, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_title(title, fontsize=8)
+        ax.tick_params(axis="x", labelsize=7)
+    fig.suptitle("FRP beside isotropic noise at its L2 and at half of it: compare FRAG's gap with what each forgot "
+                 "and recovered", fontsize=8.5)
     fig.tight_layout()
     return fig
 
@@ -148,13 +222,3 @@ def close(fig: Any) -> None:
 
     plt.close(fig)
 
-
-def frontier_panels(models: pd.DataFrame, table: pd.DataFrame) -> Any:
-    """The healthy frontier as :func:`table3_panels`: a row per healthy rule, the attacked
-    checkpoints healthy by it (``models``: :mod:`frag_utils.report.frontier`'s
-    ``frontier_models``), ρ over all of them in each panel's title (``table``: its
-    ``frontier_table3``)."""
-    label = {rule: f"healthy ({rule})" for rule in analysis.HEALTHY_RULES}
-    points = pd.concat([models[models.attack_seeds.gt(0) & models[f"healthy_{rule}"]].assign(weights=name)
-                        for rule, name in label.items()], ignore_index=True)
-    return table3_panels(points, table.assign(weights=table.rule.map(label)))

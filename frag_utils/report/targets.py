@@ -9,7 +9,10 @@ from . import tables
 from .book import Table, sourced
 from .recorded import SECOND_TARGET_06, row, short_label
 
-TARGET_SEEDS, SECOND_TARGET = Table("target_seeds"), Table("second_target")
+TARGET_SEEDS = Table("target_seeds")
+SECOND_TARGET = Table("second_target", shown=("model", "target_es_42", "target_es_43", "delta_es_42", "delta_es_43",
+                                              "delta_es_shift", "attack_seed_range_42", "l2_all_42", "l2_all_43",
+                                              "FRAG_x100_42", "FRAG_x100_43"))
 DECLARED = (TARGET_SEEDS, SECOND_TARGET)
 PREDICTORS = ("es_before", "l2_all", "FRAG_x100", "A_f_x100", "A_r_x100")
 
