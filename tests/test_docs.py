@@ -14,9 +14,6 @@ ROOT = paths.REPO_ROOT.resolve()
 ISSUE = re.compile(r"\bissue[\s_-]*#?\d+", re.I)
 LINK = re.compile(r"\]\(<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\)")
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
-# TODO(results-pages): remove 09_figures.ipynb from this set once its markdown is rewritten
-# without issue numbers (another branch is rewriting notebook 09); the skip hides only that file.
-NOTEBOOKS_NOT_YET_CLEAN = {"09_figures.ipynb"}
 
 
 def _pages() -> list[Path]:
@@ -75,9 +72,6 @@ def test_no_issue_numbers_in_pages(page):
 
 @pytest.mark.parametrize("notebook", _notebooks(), ids=lambda p: p.name)
 def test_no_issue_numbers_in_notebook_markdown(notebook):
-    if notebook.name in NOTEBOOKS_NOT_YET_CLEAN:
-        pytest.skip(f"TODO: {notebook.name}'s markdown is being rewritten on another branch; "
-                    "remove the skip after merging")
     hits = sorted(set(m.group(0) for m in ISSUE.finditer(_markdown_cells(notebook))))
     assert not hits, f"{notebook.name}'s markdown names internal work items {hits}"
 
