@@ -179,6 +179,7 @@ def per_layer_frag(per_layer: pd.DataFrame) -> Any:
     fig, axes = plt.subplots(1, len(groups), figsize=(4.0 * len(groups) + 1.4, 3.4), squeeze=False, sharey=True)
     for ax, (title, part) in zip(axes[0], groups):
         for label, g in part.groupby("model", sort=False):
+            g = g.sort_values("block")
             ax.plot(g.block, g.share, color=colour[label], lw=1.2, marker="o", ms=2.5)
         ax.axhline(0, color="grey", lw=0.6)
         ax.set_title(title, fontsize=8)
