@@ -11,6 +11,8 @@ term), in 07_ablations.frontier_<split>.yaml at the paper profile's settings. Th
 unlearning records alone, never an attack. Run it again as more unlearning records land: the attack
 files only grow, and their runs' names stay as they were (one file per split); a grown list of
 checkpoints makes the split's 07 run incomplete (its parameters changed), so it is made again whole.
+The 07 runs study the paper's methods (:data:`STUDIED_BY_07`): the methods added beyond them
+(SimNPO, IdkDPO, UNDIAL, WGA) are attacked, and leave the 07 runs as they are.
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from frag_utils.report import frontier
 from frag_utils.report.recorded import FRONTIER_06, FRONTIER_07, Records
 
 FRONTIER_SEEDS = (42, 1)  # the attack seeds of each healthy checkpoint: attack.sh's, then one more
+STUDIED_BY_07 = ("ga", "graddiff", "npo", "rmu", "sp", "frp")  # the paper's methods: the 07 runs' checkpoints
 # the frontier's notebook-07 settings: the paper profile's (papermill_runs/params/paper/07_ablations.yaml)
 # on the smol target
 FRONTIER_ABLATION = {"original": "profile-target", "prompt_template": "openunlearning", "n_calib": 128, "ig_steps": 4,
@@ -43,13 +46,17 @@ HEADER_07 = """# {profile}: the loss barrier and FRAG's importance terms on the 
 """
 
 
+def healthy(rec: Records, forget_split: str):
+    """The frontier's checkpoints on ``forget_split`` that forget and are healthy by either rule."""
+    models = frontier.candidates(rec)
+    return models[(models.healthy_paper | models.healthy_parts) & models.forget_split.eq(forget_split)]
+
+
 def frontier_attacks(rec: Records, forget_split: str, seeds: tuple[int, ...] = FRONTIER_SEEDS) -> list[dict]:
     """The grid's forget+retain attack of each frontier checkpoint on ``forget_split`` that forgets and
     is healthy by either rule, at each seed (the first for every checkpoint before the next)."""
-    models = frontier.candidates(rec)
-    chosen = models[(models.healthy_paper | models.healthy_parts) & models.forget_split.eq(forget_split)]
     return [{**rec.protocol, "unlearned_run": run.split("/", 1)[1], "forget_split": forget_split,
-             "attack_data": "forget_retain", "seed": seed} for seed in seeds for run in chosen.run]
+             "attack_data": "forget_retain", "seed": seed} for seed in seeds for run in healthy(rec, forget_split).run]
 
 
 def main() -> None:
@@ -67,7 +74,8 @@ def main() -> None:
         text = HEADER.format(profile=args.profile, split=split) + body
         (rec.params_dir / file).write_text(text)
         print(f"{file}: {len(entries)} attacks of {len(entries) // len(FRONTIER_SEEDS)} checkpoints")
-        checkpoints = list(dict.fromkeys(e["unlearned_run"] for e in entries))
+        chosen = healthy(rec, split)
+        checkpoints = [run.split("/", 1)[1] for run in chosen[chosen.method.isin(STUDIED_BY_07)].run]
         ablation = {"profile": args.profile, **FRONTIER_ABLATION, "forget_split": split,
                     "unlearned_runs": ",".join(checkpoints)}
         file_07 = FRONTIER_07[FRONTIER_06.index(file)]
