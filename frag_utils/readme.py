@@ -19,7 +19,6 @@ from .report import book
 # docs block (frag_utils.report.book.tables) is smol-<name>, its name with dashes
 BLOCKS = {
     "smol-models": "papermill_runs/02_target_and_gold/smol/models.md",
-    "smol-utility": "papermill_runs/02_target_and_gold/smol/utility_components.md",
     "smol-frag": "papermill_runs/04_frag/smol/scores.md",
     **{f"smol-{t.name.replace('_', '-')}": f"figures/smol/{t.name}.md" for t in book.tables() if t.block},
     "bench": "bench/results/summary.md",

@@ -98,3 +98,23 @@ def test_every_results_page_is_reachable_from_the_index_and_the_readme():
         linked = {(source.parent / unquote(t).partition("#")[0]).resolve()
                   for t in LINK.findall(_prose(source.read_text())) if not re.match(r"[a-z]+:", t)}
         assert pages <= linked, f"{source.relative_to(ROOT)} does not link {sorted(p.name for p in pages - linked)}"
+
+
+def _rendered(line: str) -> str:
+    """A Markdown line as it reads: links as their text, code marks dropped."""
+    return re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", line).replace("`", "")
+
+
+@pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_tables_are_for_the_eye(page):
+    """At most 12 columns and no row over 220 characters as it reads (a page shows what a reader
+    compares; the CSV beside a generated table keeps every column)."""
+    rows = [_rendered(line) for line in page.read_text().splitlines() if line.startswith("|")]
+    wide = [r[:60] for r in rows if r.count("|") - 1 > 12 or len(r) > 220]
+    assert not wide, f"{page.relative_to(ROOT)}: {len(wide)} table rows too wide, e.g. {wide[:2]}"
+
+
+def test_the_generated_tables_are_for_the_eye():
+    for table in sorted((ROOT / "figures" / "smol").glob("*.md")):
+        rows = [line for line in table.read_text().splitlines() if line.startswith("|")]
+        assert all(r.count("|") - 1 <= 12 and len(r) <= 220 for r in rows), table.name
