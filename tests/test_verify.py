@@ -111,13 +111,15 @@ def test_the_tolerance_file_covers_the_recorded_spread():
     attack seeds of a Table 3 checkpoint, each evaluation number over the target's training seeds
     (once two or more of them are recorded), and ES before and after the attack and ΔES between a
     checkpoint and its twin from the seed-43 target."""
-    from frag_utils.report import collect
+    from frag_utils.report import book, paper, targets
 
     tolerance = drift.load_tolerance()
-    grid = collect.Collection("smol")
-    checkpoints = grid.table1(n_boot=1)["table3_checkpoints"]
+    smol = book.Book("smol", n_boot=1)
+    smol.chapter(paper, display=False)
+    checkpoints = smol.table3_checkpoints
     assert tolerance["delta_es"][0] >= drift.attack_seed_range(list(checkpoints.delta_es))
-    second = grid.targets(checkpoints)["second_target"]  # and the shifts between the two targets' twins, read slowly
+    # and the shifts between the two targets' twins, read slowly
+    second = targets.second_target(smol.records, checkpoints)
     for _, r in second.iterrows():
         assert tolerance["es_before"][0] >= abs(r.es_before_43 - r.es_before_42), r.model
         assert tolerance["delta_es"][0] >= abs(r.delta_es_43 - r.delta_es_42), r.model
