@@ -34,4 +34,22 @@ def test_notebook_09_writes_the_committed_tables_byte_for_byte_and_no_machine_ti
     stale = [n for n in tables if (scratch / n).read_bytes() != (committed / n).read_bytes()]
     assert not stale, (f"figures/smol is not what notebook 09 makes of the records: {stale}; "
                        "run make reproduce SELECT=09_figures")
+    _every_one_lists_its_source_runs_and_each_exists(scratch)
     shutil.rmtree(scratch)
+
+
+def _every_one_lists_its_source_runs_and_each_exists(out) -> None:
+    """Provenance that cannot go missing: each table and figure names the runs it was built from (the
+    writer turns each into the sha256 of its results.json, None where there is none)."""
+    from frag_utils.report import grid
+
+    for file in sorted(out.glob("*.provenance.json")):
+        runs_ = json.loads(file.read_text())["provenance"]["source_runs"]
+        name = file.name.split(".")[0]
+        if isinstance(runs_, str):  # a rule in words where no list can say it: what the grid costs
+            assert runs_ and name == grid.GRID_TIMES.name, name
+            continue
+        assert runs_, f"{name} lists no source runs"
+        missing = [run for run, sha in runs_.items() if sha is None]
+        assert not missing, f"{name} lists runs that do not exist: {missing[:3]}"
+        assert all((paths.RUNS_DIR / run / paths.RESULTS_FILE).is_file() for run in runs_), name
