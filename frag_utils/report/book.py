@@ -56,6 +56,11 @@ def sources(obj: Any) -> list[str] | str:
     return obj.attrs[SOURCES]
 
 
+def interval(point: float, low: float, high: float, fmt: str = "+.2f") -> str:
+    """An estimate with its interval in one cell, ``+0.03 [-0.36, +0.58]``."""
+    return f"{point:{fmt}} [{low:{fmt}}, {high:{fmt}}]"
+
+
 def _is_run(df: pd.DataFrame, column: str) -> bool:
     """Whether ``column`` holds run paths (text), not a count of runs."""
     named = column in ("run", "runs") or column.endswith("_run") or column.startswith("attack_run")
@@ -84,7 +89,7 @@ def for_the_eye(df: pd.DataFrame, table: Table) -> tuple[pd.DataFrame, dict[str,
         points = [c for c in out.columns if c == f"{prefix}rho" or (not prefix and c.startswith("ours_"))]
         if low in out and high in out and points:
             fmt, point = formats.get(points[0], "+.2f"), out[points[0]]
-            out[points[0]] = [x if not isinstance(x, (int, float)) or x != x else f"{x:{fmt}} [{lo:{fmt}}, {hi:{fmt}}]"
+            out[points[0]] = [x if not isinstance(x, (int, float)) or x != x else interval(x, lo, hi, fmt)
                               for x, lo, hi in zip(point, out[low], out[high])]
             formats.pop(points[0], None)
             out = out.drop(columns=[low, high])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pandas as pd
 
 from . import analysis, plots, tables
-from .book import Table, Text, sourced
+from .book import Table, Text, interval, sourced
 from .recorded import FRONTIER_05, FRONTIER_06, FRONTIER_07, concat, made, row, scored_by_07, seed_deltas, short_label
 
 STRENGTH = {"strength": "g"}
@@ -102,8 +102,8 @@ def ablations(rec, either: pd.DataFrame, n_boot: int) -> dict[Table, pd.DataFram
             IMPORTANCE: sourced(importance if len(scored) else pd.DataFrame(), read)}
 
 
-def _interval(r) -> str:
-    return f"{r.rho:+.2f} [{r.low:+.2f}, {r.high:+.2f}]"
+def _ci(r) -> str:
+    return interval(r.rho, r.low, r.high)
 
 
 def verdict(t3: pd.DataFrame, recovered: pd.DataFrame, rule: str = "paper") -> str:
@@ -118,11 +118,11 @@ def verdict(t3: pd.DataFrame, recovered: pd.DataFrame, rule: str = "paper") -> s
     answer = ("Not resolved" if not excludes else "Yes, with the paper's negative sign" if frag.high < 0
               else "No, the paper's opposite sign")
     first = (f"**{answer}:** over the {int(frag.n)} healthy checkpoints of {int(frag.methods)} methods, FRAG's "
-             f"gap ranks ΔES at ρ {_interval(frag)} and global L2 at {_interval(l2)}, with methods resampled, and "
+             f"gap ranks ΔES at ρ {_ci(frag)} and global L2 at {_ci(l2)}, with methods resampled, and "
              f"{int(frag.n)} checkpoints detect only |ρ| ≥ {frag.detectable_rho:.2f}.")
 
     def said(r) -> str:  # the paper's sign is negative for every predictor (Table 3)
-        return f"{_interval(r)}, " + ("the paper's sign" if r.high < 0 else "the opposite sign")
+        return f"{_ci(r)}, " + ("the paper's sign" if r.high < 0 else "the opposite sign")
 
     resolved = [f"{PREDICTOR_WORDS[p]} with ΔES, {said(r)}" for p, r in t.iterrows() if r.low > 0 or r.high < 0]
     resolved += [f"{PREDICTOR_WORDS[p]} with the share of the forgotten ES recovered (post hoc), {said(r)}"
@@ -130,8 +130,8 @@ def verdict(t3: pd.DataFrame, recovered: pd.DataFrame, rule: str = "paper") -> s
     second = ("No other pooled interval excludes 0." if not resolved else
               f"{'Pooled intervals' if len(resolved) > 1 else 'The one pooled interval'} that exclude"
               f"{'' if len(resolved) > 1 else 's'} 0: {'; '.join(resolved)}.")
-    third = (f"Within a method (its strengths, pooled over methods), FRAG's gap ranks ΔES at {frag.within_rho:+.2f} "
-             f"[{frag.within_low:+.2f}, {frag.within_high:+.2f}].")
+    third = ("Within a method (its strengths, pooled over methods), FRAG's gap ranks ΔES at "
+             f"{interval(frag.within_rho, frag.within_low, frag.within_high)}.")
     return " ".join((first, second, third))
 
 

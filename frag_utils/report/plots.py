@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .book import interval
+
 
 def _pyplot():
     import matplotlib
@@ -83,9 +85,9 @@ def _x_axis(ax: Any, values: pd.Series, name: str) -> None:
 
 
 def _rho(name: str, r: Any, within: bool = False) -> str:
-    text = f"{name}: ρ {r.rho:+.2f} [{r.low:+.2f}, {r.high:+.2f}]" if np.isfinite(r.rho) else f"{name}: ρ undefined"
+    text = f"{name}: ρ {interval(r.rho, r.low, r.high)}" if np.isfinite(r.rho) else f"{name}: ρ undefined"
     if within and np.isfinite(r.get("within_rho", np.nan)):
-        text += f"\nwithin a method ρ {r.within_rho:+.2f} [{r.within_low:+.2f}, {r.within_high:+.2f}]"
+        text += f"\nwithin a method ρ {interval(r.within_rho, r.within_low, r.within_high)}"
     return text
 
 
