@@ -32,6 +32,36 @@ def run_kind(notebook: str, params: dict) -> str:
     return notebook
 
 
+def _estimator(df: pd.DataFrame):
+    """``estimate(notebook, kind)``: the median recorded seconds of that kind in ``df`` (rows of
+    ``notebook, kind, seconds``), an attack of e epochs at e times one epoch of its kind, else the
+    median of its notebook; None where ``df`` has no recorded run of the notebook."""
+    by_kind = df.groupby(["notebook", "kind"]).seconds.median()
+    by_notebook = df.groupby("notebook").seconds.median()
+
+    def estimate(notebook: str, kind: str) -> float | None:
+        if pd.notna(by_kind.get((notebook, kind))):
+            return float(by_kind[(notebook, kind)])
+        if notebook == "06_attacks" and not kind.endswith("|1"):  # e epochs: e times one epoch of its data
+            data, utility, epochs = kind.rsplit("|", 2)
+            one = by_kind.get((notebook, f"{data}|{utility}|1"))
+            return None if pd.isna(one) else float(one) * int(epochs)
+        found = by_notebook.get(notebook)
+        return None if found is None or pd.isna(found) else float(found)
+    return estimate
+
+
+def _durations(specs: list) -> pd.DataFrame:
+    """``notebook, kind, seconds`` of each spec (collectors left out): seconds as recorded, NaN where
+    the run has no complete record."""
+    from .runs import COLLECTORS
+
+    rows = [{"notebook": s.notebook.stem, "kind": run_kind(s.notebook.stem, s.params),
+             "seconds": run_duration(s.executed) if s.is_complete() else None}
+            for s in specs if s.notebook.stem not in COLLECTORS]
+    return pd.DataFrame(rows, columns=["notebook", "kind", "seconds"]).astype({"seconds": float})
+
+
 def notebook_times(specs: list) -> pd.DataFrame:
     """Per notebook, over ``specs`` (:class:`frag_utils.runs.RunSpec`, collectors left out): the
     runs listed and recorded, the recorded hours, the median minutes per recorded run, and the
@@ -39,28 +69,8 @@ def notebook_times(specs: list) -> pd.DataFrame:
     their kind), and how many runs have nothing to be estimated from (``not_estimated``: no run of
     their notebook recorded), which ``estimated_hours`` leaves out (a lower bound then); a last row
     ``all``."""
-    from .runs import COLLECTORS
-
-    rows = []
-    for s in specs:
-        if s.notebook.stem in COLLECTORS:
-            continue
-        d = run_duration(s.executed) if s.is_complete() else None
-        rows.append({"notebook": s.notebook.stem, "kind": run_kind(s.notebook.stem, s.params),
-                     "seconds": None if d is None else float(d)})
-    df = pd.DataFrame(rows, columns=["notebook", "kind", "seconds"]).astype({"seconds": float})
-    by_kind = df.groupby(["notebook", "kind"]).seconds.median()
-    by_notebook = df.groupby("notebook").seconds.median()
-
-    def estimate(notebook: str, kind: str) -> float | None:
-        if pd.notna(by_kind.get((notebook, kind))):
-            return by_kind.get((notebook, kind))
-        if notebook == "06_attacks" and not kind.endswith("|1"):  # e epochs: e times one epoch of its data
-            data, utility, epochs = kind.rsplit("|", 2)
-            one = by_kind.get((notebook, f"{data}|{utility}|1"))
-            return None if pd.isna(one) else one * int(epochs)
-        return by_notebook.get(notebook)
-
+    df = _durations(specs)
+    estimate = _estimator(df)
     fill = [estimate(n, k) for n, k in zip(df.notebook, df.kind)]
     df["estimated"] = df.seconds.fillna(pd.Series(fill, index=df.index, dtype=float))
     table = df.groupby("notebook").agg(runs=("kind", "size"), recorded=("seconds", "count"),
@@ -76,3 +86,25 @@ def notebook_times(specs: list) -> pd.DataFrame:
     table["median_minutes"] = table.pop("median") / 60
     table["estimated_hours"] = table.pop("estimated") / 3600
     return table[["notebook", "runs", "recorded", "hours", "median_minutes", "estimated_hours", "not_estimated"]]
+
+
+def job_seconds(jobs: list, universe: list) -> list[float | None]:
+    """Roughly how long each job (:class:`frag_utils.runs.Job`) of a plan takes on the machine that
+    made the records: a run that has a record (a remake, a forced rerun) as long as its record took,
+    another at the median recorded run of its kind among ``universe``'s runs of the same notebook
+    (:func:`notebook_times`' rule); None where nothing of its notebook is recorded."""
+    stems = {j.spec.notebook.stem for j in jobs}
+    estimate = _estimator(_durations([s for s in universe if s.notebook.stem in stems]))
+    out = []
+    for j in jobs:
+        own = run_duration(j.spec.executed) if j.spec.executed.is_file() else None
+        out.append(float(own) if own is not None else estimate(j.spec.notebook.stem,
+                                                               run_kind(j.spec.notebook.stem, j.spec.params)))
+    return out
+
+
+def minutes(seconds: float | None) -> str:
+    """A duration as a plan shows it: ``about 27 min``, ``about 2.1 h``; ``no estimate`` for None."""
+    if seconds is None:
+        return "no estimate"
+    return f"about {seconds / 3600:.1f} h" if seconds >= 5400 else f"about {max(1, round(seconds / 60))} min"

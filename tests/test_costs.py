@@ -45,3 +45,18 @@ def test_a_notebook_with_nothing_recorded_cannot_be_estimated_and_is_counted_out
     assert t.loc["05_unlearn", "not_estimated"] == 0
     # the total is the estimable part, a lower bound, and says how many runs it leaves out
     assert t.loc["all", "estimated_hours"] == pytest.approx(60 / 3600) and t.loc["all", "not_estimated"] == 2
+
+
+def test_a_plan_says_how_long_each_job_takes_its_own_record_first_then_the_median_of_its_kind(tmp_path):
+    from types import SimpleNamespace
+
+    universe = [_Spec(tmp_path, "05_unlearn", 600, method="npo"), _Spec(tmp_path, "05_unlearn", 1200, method="npo"),
+                _Spec(tmp_path, "05_unlearn", 60, method="frp"), _Spec(tmp_path, "06_attacks", 240, attack_data="x")]
+    fresh = _Spec(tmp_path, "05_unlearn", None, method="npo")  # no record: the median NPO run, 900 s
+    fresh.executed.unlink()
+    other = _Spec(tmp_path, "07_ablations", None)  # nothing of its notebook recorded: no estimate
+    other.executed.unlink()
+    jobs = [SimpleNamespace(spec=s) for s in (universe[2], fresh, other)]  # a remake takes as long as its record
+    assert costs.job_seconds(jobs, [*universe, fresh, other]) == [60, 900, None]
+    assert [costs.minutes(s) for s in (60, 900, 9000, None)] == ["about 1 min", "about 15 min", "about 2.5 h",
+                                                                "no estimate"]
