@@ -213,7 +213,7 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, record_to:
     drop_torn_checkpoints(spec)
     start = time.time()
     try:  # after it, this process's own records name their own commit again
-        with environment(**env):
+        with environment(**env), heartbeat(f"{spec.notebook.stem}/{spec.name}", tmp):
             # the kernel's own log stays at errors: ipykernel 7 warns at every start that its local TCP
             # sockets are unencrypted, a line per run in the runner's output that says nothing about it
             papermill.execute_notebook(str(spec.notebook), str(tmp), parameters=spec.params, kernel_name=kernel,
@@ -228,6 +228,49 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, record_to:
     if collector:
         (out_dir / INPUTS_FILE).write_text(inputs + "\n")
     return {"run": f"{spec.notebook.stem}/{spec.name}", "status": "done", "seconds": round(time.time() - start, 1)}
+
+
+# how often a running notebook says where it is (the runner's output; the record keeps no trace)
+HEARTBEAT_SECONDS = 120.0
+
+
+def where(notebook: Path) -> str:
+    """Where a notebook papermill is executing stands: ``cell 7 of 16: <the heading above it>``,
+    read from the copy papermill saves after each cell; "" where it cannot be read yet."""
+    try:
+        cells = json.loads(notebook.read_text())["cells"]
+    except (OSError, ValueError, KeyError):
+        return ""
+    status = [c.get("metadata", {}).get("papermill", {}).get("status") for c in cells]
+    if "running" not in status:
+        return ""
+    at = status.index("running")
+    heading = next((c["source"] for c in reversed(cells[:at]) if c["cell_type"] == "markdown"), "")
+    heading = "".join(heading).strip().splitlines()[0].lstrip("# ") if heading else ""
+    return f"cell {at + 1} of {len(cells)}" + (f": {heading[:70]}" if heading else "")
+
+
+@contextlib.contextmanager
+def heartbeat(label: str, notebook: Path, every: float = HEARTBEAT_SECONDS):
+    """While the block runs, print every ``every`` seconds how long ``label`` has run and which cell
+    of ``notebook`` (:func:`where`) it is in: a remake of half an hour says it is alive."""
+    import threading
+
+    start, stop = time.time(), threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every):
+            at = where(notebook)
+            print(f"{label}: running for {(time.time() - start) / 60:.0f} min" + (f", {at}" if at else ""),
+                  flush=True)
+
+    thread = threading.Thread(target=beat, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
 
 
 @contextlib.contextmanager

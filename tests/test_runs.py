@@ -584,3 +584,22 @@ def test_an_attack_of_the_target_itself_reads_the_profiles_notebook_02_run_and_a
     assert runs.needed_runs(named, specs) == []
     assert [(j.key, j.needs) for j in runs.plan([target], specs)] == [
         ("02_target_and_gold/t", ()), (f"06_attacks/{target.name}", ("02_target_and_gold/t",))]
+
+
+def test_a_long_run_says_every_so_often_how_long_it_has_run_and_which_cell_it_is_in(tmp_path, capsys):
+    import time
+
+    def cell(kind, source, status):
+        return {"cell_type": kind, "source": source, "metadata": {"papermill": {"status": status}}}
+
+    nb = tmp_path / ".02_target_and_gold.running.ipynb"
+    assert runs.where(nb) == ""  # papermill has not saved it yet
+    nb.write_text(json.dumps({"cells": [cell("markdown", ["## Train the target\n", "on every record"], "completed"),
+                                        cell("code", "x = 1", "completed"), cell("code", "train()", "running"),
+                                        cell("markdown", "## Gold", "pending"), cell("code", "y", "pending")]}))
+    assert runs.where(nb) == "cell 3 of 5: Train the target"
+    with runs.heartbeat("02_target_and_gold/smol", nb, every=0.05):
+        time.sleep(0.3)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and all(line == "02_target_and_gold/smol: running for 0 min, cell 3 of 5: Train the target"
+                         for line in lines)
