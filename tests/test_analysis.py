@@ -63,10 +63,8 @@ def test_bootstrap_of_a_monotone_relation_is_one_and_skips_degenerate_draws():
 
 
 def test_bootstrap_refuses_bad_settings():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="n_boot must be >= 1"):
         S.bootstrap_spearman([1, 2, 3], [1, 2, 3], n_boot=0)
-    with pytest.raises(ValueError):
-        S.bootstrap_spearman([1, 2, 3], [1, 2, 3], level=1.0)
 
 
 def test_healthy_excludes_noise_controls_and_collapsed_models_with_the_reason():
@@ -390,18 +388,6 @@ def test_permutation_p_values_equal_an_exhaustive_enumeration_on_a_small_case():
     res = S.permutation_spearman(x, y, n_perm=1000)
     assert res["exact"] and res["n_perm"] == 720
     assert res["rho"] == pytest.approx(rho) and res["p"] == pytest.approx(_p_by_hand(null, rho))
-    # the gap: swap the two predictors' ranks within any subset of the checkpoints (2^6 ways)
-    b = np.array([2.0, 0.5, 1.0, 0.2, 0.1, 3.0])
-    ra, rb = stats.rankdata(x), stats.rankdata(b)
-    gap = stats.spearmanr(b, y).statistic - rho
-    null = []
-    for flips in itertools.product((0, 1), repeat=6):
-        a_ = [rb[i] if f else ra[i] for i, f in enumerate(flips)]
-        b_ = [ra[i] if f else rb[i] for i, f in enumerate(flips)]
-        null.append(stats.spearmanr(b_, y).statistic - stats.spearmanr(a_, y).statistic)
-    res = S.permutation_spearman_gap(x, b, y, n_perm=1000)
-    assert res["exact"] and res["n_perm"] == 64
-    assert res["gap"] == pytest.approx(gap) and res["p"] == pytest.approx(_p_by_hand(null, gap))
     # within strata: y reordered only inside each method (3! x 3! ways), the stratified ρ as statistic
     groups = ["a", "a", "a", "b", "b", "b"]
 
@@ -541,7 +527,7 @@ def test_equal_seeds_are_an_equal_mean_and_nothing_left_is_no_rho():
     for res in (S.bootstrap_spearman([1.0, 2.0], [np.nan, np.nan], n_boot=5),
                 S.bootstrap_spearman_gap([1.0, 2.0], [1.0, 2.0], [np.nan, np.nan], n_boot=5)):
         assert np.isnan(res["low"]) and res["n"] == 0 and res["n_dropped"] == 2
-    with pytest.raises(ValueError, match="seed must be an integer"):
+    with pytest.raises(ValueError, match="seed an integer"):
         S.bootstrap_spearman(x, [0.1, 0.3, 0.2, 0.5, 0.4], seed=None)
 
 

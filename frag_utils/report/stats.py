@@ -9,6 +9,8 @@ from typing import Sequence
 import numpy as np
 from scipy import stats
 
+LEVEL = 0.95  # every interval's (a verdict says "with 95 % confidence")
+
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     """Spearman's rho (average ranks for ties); NaN when either side is constant or n < 3."""
@@ -25,9 +27,6 @@ def _clean(xs: Sequence[Sequence[float]], y: Sequence[float | Sequence[float]],
     """The checkpoints every ``x`` of ``xs`` and at least one seed of ``y`` are finite on: the x
     arrays, the finite seeds of each, how many checkpoints were dropped, and their groups."""
     xs = [np.asarray(x, float) for x in xs]
-    if any(len(x) != len(y) for x in xs) or groups is not None and len(groups) != len(y):
-        raise ValueError(f"x, y and groups differ in length ({[len(x) for x in xs]}, {len(y)} and "
-                         f"{None if groups is None else len(groups)}).")
     runs = [np.atleast_1d(np.asarray(v, float)) for v in y]
     runs = [v[np.isfinite(v)] for v in runs]
     keep = [i for i in range(len(y)) if all(np.isfinite(x[i]) for x in xs) and len(runs[i])]
@@ -95,8 +94,9 @@ def _resampled(runs: list, n_boot: int, seed: int, groups: Sequence | None) -> t
     """The resamples of :func:`_draws` for these checkpoints: per resample its drawn checkpoints,
     their seed means (each the sum of its drawn seeds in ascending order over their number, so that
     equal seeds are an equal mean), and its strata."""
-    if not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be an integer (the resamples are drawn once per seed); got {seed!r}.")
+    if n_boot < 1 or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"n_boot must be >= 1 and seed an integer (the resamples are drawn once per seed); "
+                         f"got {n_boot}, {seed!r}.")
     sizes, idx, seeds, parts = _draws(tuple(len(v) for v in runs), n_boot, int(seed),
                                       None if groups is None else tuple(groups))
     flat = np.concatenate([*runs, [0.0]])  # the padding position reads the 0 at the end
@@ -121,21 +121,16 @@ def _boot_rhos(xs: list[np.ndarray], runs: list, n_boot: int, seed: int, groups:
     return out
 
 
-def _interval(draws: list, level: float) -> tuple[float, float, int]:
+def _interval(draws: list) -> tuple[float, float, int]:
     draws = np.asarray(draws, float)
     ok = draws[~np.isnan(draws)]
-    tail = (1 - level) / 2
+    tail = (1 - LEVEL) / 2
     low, high = (np.quantile(ok, [tail, 1 - tail]) if len(ok) else (np.nan, np.nan))
     return float(low), float(high), int(len(draws) - len(ok))
 
 
-def _check_boot(n_boot: int, level: float) -> None:
-    if n_boot < 1 or not 0 < level < 1:
-        raise ValueError(f"n_boot must be >= 1 and level in (0, 1); got {n_boot}, {level}.")
-
-
 def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], n_boot: int = 2000,
-                       level: float = 0.95, seed: int = 0, groups: Sequence | None = None) -> dict:
+                       seed: int = 0, groups: Sequence | None = None) -> dict:
     """Spearman's rho with a percentile bootstrap interval over resampled checkpoints.
 
     ``y[i]`` is one number, or the numbers of checkpoint ``i`` under several attack seeds. Rho is
@@ -153,20 +148,18 @@ def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]],
         ``{"rho", "low", "high", "n", "n_groups", "n_seeds", "n_boot", "n_degenerate", "n_dropped"}``
         (``n_seeds``: the seeds per checkpoint, as a list; ``n_groups``: methods, or ``n``).
     Raises:
-        ValueError: lengths differ, ``n_boot < 1`` or ``level`` outside (0, 1).
+        ValueError: ``n_boot < 1`` or ``seed`` not an integer.
     """
-    _check_boot(n_boot, level)
     (x,), runs, n_dropped, groups = _clean([x], y, groups)  # rho and its interval describe the same checkpoints
     rho = spearman(x, [v.mean() for v in runs])
-    low, high, degenerate = _interval(_boot_rhos([x], runs, n_boot, seed, groups)[0], level)
+    low, high, degenerate = _interval(_boot_rhos([x], runs, n_boot, seed, groups)[0])
     return {"rho": rho, "low": low, "high": high, "n": len(x),
             "n_groups": len(x) if groups is None else len(set(groups)), "n_seeds": [len(v) for v in runs],
             "n_boot": n_boot, "n_degenerate": degenerate, "n_dropped": n_dropped}
 
 
 def bootstrap_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequence[float | Sequence[float]],
-                           n_boot: int = 2000, level: float = 0.95, seed: int = 0,
-                           groups: Sequence | None = None) -> dict:
+                           n_boot: int = 2000, seed: int = 0, groups: Sequence | None = None) -> dict:
     """ρ(x_b, ΔES) − ρ(x_a, ΔES) with a percentile interval from paired resamples (the same
     checkpoints and seeds for both predictors, as :func:`bootstrap_spearman` draws them), over the
     checkpoints both predictors are finite on: whether one predictor ranks robustness better than
@@ -175,12 +168,11 @@ def bootstrap_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequen
     Returns:
         ``{"gap", "low", "high", "n", "n_degenerate", "n_dropped"}``.
     """
-    _check_boot(n_boot, level)
     (a, b), runs, n_dropped, groups = _clean([x_a, x_b], y, groups)
     means = [v.mean() for v in runs]
     gap = spearman(b, means) - spearman(a, means)
     rho_a, rho_b = _boot_rhos([a, b], runs, n_boot, seed, groups)
-    low, high, degenerate = _interval(rho_b - rho_a, level)
+    low, high, degenerate = _interval(rho_b - rho_a)
     return {"gap": gap, "low": low, "high": high, "n": len(runs), "n_degenerate": degenerate, "n_dropped": n_dropped}
 
 
@@ -260,33 +252,6 @@ def permutation_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]
     return {"rho": rho, "p": _p_value(rho, null, exact), "n": len(x), "n_perm": len(orders), "exact": exact}
 
 
-def permutation_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequence[float | Sequence[float]],
-                             n_perm: int = 20000, seed: int = 0) -> dict:
-    """Two-sided permutation p-value of ρ(x_b, y) − ρ(x_a, y): under the null that the two
-    predictors rank robustness equally well, a checkpoint's rank under one is as likely to be its
-    rank under the other, so the two ranks are swapped within each checkpoint, every one of the
-    2^n ways where there are at most ``n_perm`` (exact), else ``n_perm`` random ones.
-
-    Returns:
-        ``{"gap", "p", "n", "n_perm", "exact"}``.
-    """
-    import itertools
-
-    (a, b), runs, _, _ = _clean([x_a, x_b], y)
-    ys = np.array([v.mean() for v in runs])
-    ra, rb = stats.rankdata(a), stats.rankdata(b)
-    gap = spearman(rb, ys) - spearman(ra, ys)
-    n = len(ys)
-    if 2 ** n <= n_perm:
-        flips, exact = np.array(list(itertools.product((False, True), repeat=n)), bool).reshape(-1, n), True
-    else:
-        flips, exact = np.random.default_rng(seed).random((n_perm, n)) < 0.5, False
-    # ρ(y, x') for each row x' of a matrix: the same Pearson-of-ranks with y in the role of x
-    null = _rows_spearman(ys, np.where(flips, ra, rb)) - _rows_spearman(ys, np.where(flips, rb, ra))
-    return {"gap": gap, "p": _p_value(gap, null, exact) if np.isfinite(gap) else np.nan, "n": n,
-            "n_perm": len(null), "exact": exact}
-
-
 def _within_draws(x: np.ndarray, yb: np.ndarray, sizes: np.ndarray, idx: np.ndarray, parts: list,
                   cell: np.ndarray) -> np.ndarray:
     """The stratified ρ of every resample at once: :func:`_stratified` of each resample's drawn
@@ -323,8 +288,7 @@ def _within_draws(x: np.ndarray, yb: np.ndarray, sizes: np.ndarray, idx: np.ndar
 
 
 def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], groups: Sequence,
-                        n_boot: int = 2000, level: float = 0.95, seed: int = 0,
-                        cells: Sequence | None = None) -> dict:
+                        n_boot: int = 2000, seed: int = 0, cells: Sequence | None = None) -> dict:
     """The within-method rank correlation: Spearman's ρ of ``x`` with ``y`` among the checkpoints of
     each method (its strengths), averaged over methods weighted by their checkpoints. It asks
     whether, within one method, the stronger updates that a predictor scores higher recover less;
@@ -340,10 +304,7 @@ def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]]
         ``{"rho", "low", "high", "n", "n_groups", "per_group": {cell: (rho, n)}, "n_degenerate"}``;
         cells of fewer than 3 checkpoints carry no ρ and count in ``n`` but not in ``rho``.
     """
-    _check_boot(n_boot, level)
     cells = list(groups) if cells is None else list(cells)
-    if len(cells) != len(groups):
-        raise ValueError(f"cells and groups differ in length ({len(cells)} and {len(groups)}).")
     codes = {c: k for k, c in enumerate(dict.fromkeys(cells))}
     (x,), runs, _, keyed = _clean([x], y, [(g, codes[c]) for g, c in zip(groups, cells)])
     groups, cell = [g for g, _ in keyed], np.array([c for _, c in keyed], int)
@@ -352,7 +313,7 @@ def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]]
     ys = np.array([v.mean() for v in runs])
     rho = float(_stratified(x, ys, members)[0])
     sizes, idx, yb, parts = _resampled(runs, n_boot, seed, groups)
-    low, high, degenerate = _interval(_within_draws(x, yb, sizes, idx, parts, cell), level)
+    low, high, degenerate = _interval(_within_draws(x, yb, sizes, idx, parts, cell))
     return {"rho": rho, "low": low, "high": high, "n": len(x), "n_groups": len(set(groups)),
             "per_group": {c: (spearman(x[m], ys[m]), len(m)) for c, m in zip(labels, members)},
             "n_degenerate": degenerate}
