@@ -67,14 +67,12 @@ def test_bootstrap_refuses_bad_settings():
         S.bootstrap_spearman([1, 2, 3], [1, 2, 3], n_boot=0)
 
 
-def test_healthy_excludes_noise_controls_and_collapsed_models_with_the_reason():
-    df = pd.DataFrame({"name": ["a", "b", "c", "d"], "kind": ["method", "method", "noise", "method"],
-                       "model_utility_before": [0.30, 0.10, 0.33, 0.17], "target_model_utility": [0.34] * 4})
+def test_healthy_excludes_collapsed_models_with_the_reason():
+    df = pd.DataFrame({"name": ["a", "b", "d"], "model_utility_before": [0.30, 0.10, 0.17],
+                       "target_model_utility": [0.34] * 3})
     ok, out = A.healthy(df, min_utility_fraction=0.5)
     assert ok.name.tolist() == ["a", "d"]  # 0.17 = exactly half of 0.34 stays
-    assert dict(zip(out.name, out.reason)) == {"b": "Model Utility below 0.5 x target's", "c": "noise control"}
-    with pytest.raises(ValueError, match="target_model_utility"):
-        A.healthy(df.drop(columns="target_model_utility"))
+    assert dict(zip(out.name, out.reason)) == {"b": "Model Utility below 0.5 x target's"}
 
 
 def test_predictor_table_reports_each_subset_and_predictor():
