@@ -95,11 +95,12 @@ def ablations(rec, either: pd.DataFrame, n_boot: int) -> dict[Table, pd.DataFram
     ``tab:lmc`` per family, and its ``importance_variants`` with Table 3's intervals per healthy rule.
     Empty until a 07 run whose parameters equal its file's has scored a checkpoint."""
     scored, ablation_runs = scored_by_07(rec, FRONTIER_07, either, [r.split("/", 1)[1] for r in either.run])
-    read = [*ablation_runs, *scored.run] if len(scored) else []
+    if not len(scored):
+        return {LMC: sourced(pd.DataFrame(), []), IMPORTANCE: sourced(pd.DataFrame(), [])}
     importance = per_rule(scored, lambda chosen, rule: analysis.importance_rows(analysis.frontier_table3(
-        chosen, analysis.importance_columns(chosen), n_boot=n_boot).assign(rule=rule))) if len(scored) else None
-    return {LMC: sourced(analysis.lmc_table(scored) if len(scored) else pd.DataFrame(), read),
-            IMPORTANCE: sourced(importance if len(scored) else pd.DataFrame(), read)}
+        chosen, analysis.importance_columns(chosen), n_boot=n_boot).assign(rule=rule)))
+    read = [*ablation_runs, *scored.run]
+    return {LMC: sourced(analysis.lmc_table(scored), read), IMPORTANCE: sourced(importance, read)}
 
 
 def _ci(r) -> str:

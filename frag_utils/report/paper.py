@@ -130,26 +130,24 @@ def figures(rec, fr: pd.DataFrame, t3: dict[str, pd.DataFrame]) -> dict[Table, o
 
 def same_attack_but_the_seed(repeats: list[dict], attacks: list[dict]) -> None:
     """Refuse a seed repeat that differs from its attack in more than the seed, or repeats a seed run."""
+    def key(r):
+        return params(r)["unlearned_run"], params(r)["attack_data"]
+
     def settings(r):
         return {k: v for k, v in params(r).items() if k not in ("seed", "run_name")}
 
-    by_attack = {}
-    for r in attacks:
-        s = settings(r)
-        by_attack[(s["unlearned_run"], s["attack_data"])] = (r, s)
-    seen = {(k, params(r)["seed"]) for k, (r, _) in by_attack.items()}
+    by_attack = {key(r): r for r in attacks}
+    seen = {(k, params(r)["seed"]) for k, r in by_attack.items()}
     for r in repeats:
-        s = settings(r)
-        key = (s["unlearned_run"], s["attack_data"])
-        first, first_settings = by_attack.get(key, (None, None))
-        if first is not None and first_settings != s:
-            differ = sorted(k for k in s.keys() | first_settings.keys() if s.get(k) != first_settings.get(k))
+        first = by_attack.get(key(r))
+        if first is not None and settings(first) != settings(r):
+            a, b = settings(first), settings(r)
+            differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
             raise ValueError(f"{r['run']} repeats {first['run']} at another seed but differs in {differ}: make the "
                              "parameter files agree (the grid's attack file and its seed-repeat files).")
-        seed = (key, params(r)["seed"])
-        if seed in seen:
-            raise ValueError(f"{r['run']} repeats an attack at a seed it was already run with ({seed[1]}).")
-        seen.add(seed)
+        if (key(r), params(r)["seed"]) in seen:
+            raise ValueError(f"{r['run']} repeats an attack at a seed it was already run with ({params(r)['seed']}).")
+        seen.add((key(r), params(r)["seed"]))
 
 
 def _keyed_in(df: pd.DataFrame, other: pd.DataFrame) -> list[bool]:

@@ -52,8 +52,9 @@ def _mean(seeds: Any) -> float:
     return float(np.mean(np.atleast_1d(np.asarray(seeds, float))))
 
 
-def _legend(fig: Any, colour: dict, splits: Any) -> None:
-    """One legend for the figure: a coloured marker per model, a grey marker per split."""
+def _finish(fig: Any, colour: dict, splits: Any, title: str) -> Any:
+    """The figure with one legend (a coloured marker per model, a grey marker per split) right of its
+    panels, and its title."""
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=c, marker="o", lw=1, markeredgecolor="black", markeredgewidth=0.4, label=m)
@@ -61,6 +62,9 @@ def _legend(fig: Any, colour: dict, splits: Any) -> None:
     handles += [Line2D([], [], color="grey", marker=SPLIT_MARKERS.get(s, "o"), lw=0, label=s)
                 for s in dict.fromkeys(splits)]
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(LEGEND_AT, 0.5), fontsize=7, frameon=False)
+    fig.suptitle(title, fontsize=8.5)
+    fig.tight_layout(rect=(0, 0, LEGEND_AT, 1))
+    return fig
 
 
 def _points(ax: Any, pts: pd.DataFrame, x: str, y: str, colour: dict, join: str | None) -> None:
@@ -107,12 +111,9 @@ def frontier_panels(models: pd.DataFrame, table: pd.DataFrame, rule: str = "pape
         ax.set_title(_rho(PREDICTOR_NAMES[p], rho.loc[p], within=True), fontsize=8)
         _x_axis(ax, pts[p], PREDICTOR_NAMES[p])
     axes[0].set_ylabel("ΔES, forget+retain attack\n(mean of its seeds)", fontsize=8)
-    _legend(fig, colour, pts.forget_split)
     r = rho.loc[PANEL_PREDICTORS[0]]
-    fig.suptitle(f"Healthy frontier, {int(r.n)} checkpoints of {int(r.methods)} methods: does the predictor rank "
-                 "ΔES? Lines join one method's strengths", fontsize=8.5)
-    fig.tight_layout(rect=(0, 0, LEGEND_AT, 1))
-    return fig
+    return _finish(fig, colour, pts.forget_split, f"Healthy frontier, {int(r.n)} checkpoints of {int(r.methods)} "
+                   "methods: does the predictor rank ΔES? Lines join one method's strengths")
 
 
 def table3_panels(checkpoints: pd.DataFrame, table: pd.DataFrame, subset: str = "all") -> Any:
@@ -137,12 +138,9 @@ def table3_panels(checkpoints: pd.DataFrame, table: pd.DataFrame, subset: str = 
             ax.set_title(f"{weights} · {_rho(PREDICTOR_NAMES[p], rho.loc[p])}", fontsize=8)
             _x_axis(ax, part[p], PREDICTOR_NAMES[p])
         row[0].set_ylabel("ΔES, forget+retain attack", fontsize=8)
-    _legend(fig, colour, pts.forget_split)
     n = int(table[table.subset.eq(subset)].n.max()) if len(table) else 0
-    fig.suptitle(f"The paper's Table 3 checkpoints ({n} per precision): ΔES against each predictor; faint dots "
-                 "are the attack seeds", fontsize=8.5)
-    fig.tight_layout(rect=(0, 0, LEGEND_AT, 1))
-    return fig
+    return _finish(fig, colour, pts.forget_split, f"The paper's Table 3 checkpoints ({n} per precision): ΔES "
+                   "against each predictor; faint dots are the attack seeds")
 
 
 def frontier_by_precision(rows: pd.DataFrame, threshold: float = 0.10) -> Any:
@@ -160,10 +158,8 @@ def frontier_by_precision(rows: pd.DataFrame, threshold: float = 0.10) -> Any:
         ax.set_title(f"weights {weights}", fontsize=8)
         _x_axis(ax, pd.Series(dtype=float), "Model Utility before the attack")
     axes[0][0].set_ylabel("ΔES, forget+retain attack", fontsize=8)
-    _legend(fig, colour, rows.forget_split)
-    fig.suptitle("Table 1's models: robust (low ΔES) and useful (high utility) sit bottom right", fontsize=8.5)
-    fig.tight_layout(rect=(0, 0, LEGEND_AT, 1))
-    return fig
+    return _finish(fig, colour, rows.forget_split,
+                   "Table 1's models: robust (low ΔES) and useful (high utility) sit bottom right")
 
 
 def per_layer_frag(per_layer: pd.DataFrame) -> Any:
@@ -187,10 +183,7 @@ def per_layer_frag(per_layer: pd.DataFrame) -> Any:
         ax.set_title(title, fontsize=8)
         _x_axis(ax, pd.Series(dtype=float), "decoder block")
     axes[0][0].set_ylabel("share of the model's FRAG gap", fontsize=8)
-    _legend(fig, colour, [])
-    fig.suptitle("Where each model's FRAG gap comes from, block by block", fontsize=8.5)
-    fig.tight_layout(rect=(0, 0, LEGEND_AT, 1))
-    return fig
+    return _finish(fig, colour, [], "Where each model's FRAG gap comes from, block by block")
 
 
 NOISE_PANELS = {"FRAG_x100": "FRAG gap (Eq. 5) x100", "l2_all": "global L2", "es": "forget ES before the attack",

@@ -37,17 +37,15 @@ def _clean(xs: Sequence[Sequence[float]], y: Sequence[float | Sequence[float]],
 @functools.lru_cache(maxsize=32)
 def _draws(counts: tuple[int, ...], n_boot: int, seed: int, groups: tuple | None) -> tuple:
     """The bootstrap's resamples of checkpoints with ``counts`` seeds each, drawn at each level that
-    varies: with ``groups`` (the method of each checkpoint), methods with replacement, then within
-    each drawn method its checkpoints with replacement; without, checkpoints with replacement. Then,
-    for each drawn checkpoint, its seeds with replacement. The draws depend on the counts only, so
-    every predictor scored on the same checkpoints sees the same resamples (paired), drawn once.
+    varies, with replacement: methods (``groups``, each checkpoint's; else none), the checkpoints of each
+    drawn method, the seeds of each drawn checkpoint. They depend on the counts only, so every predictor
+    scored on the same checkpoints sees the same resamples (paired), drawn once.
 
     Returns:
-        ``(sizes, idx, seeds, parts)``, read-only: the checkpoints drawn by each resample
-        (``sizes[b]`` of them, concatenated in ``idx``); for each drawn checkpoint its drawn seeds,
-        as positions in the seeds' values concatenated in checkpoint order, in ascending order (the
-        same seeds drawn in another order are the same mean), padded with the position one past
-        the end; and per resample the positions of each drawn method (a method drawn twice is two
+        ``(sizes, idx, seeds, parts)``, read-only: the checkpoints each resample drew (``sizes[b]`` of
+        them, concatenated in ``idx``); each drawn checkpoint's drawn seeds as positions in all seeds'
+        values, ascending (the same seeds in another order are the same mean), padded with the position
+        one past the end; per resample, the positions of each drawn method (a method drawn twice is two
         strata; without ``groups``, one stratum).
     """
     rng = np.random.default_rng(seed)
@@ -133,16 +131,12 @@ def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]],
                        seed: int = 0, groups: Sequence | None = None) -> dict:
     """Spearman's rho with a percentile bootstrap interval over resampled checkpoints.
 
-    ``y[i]`` is one number, or the numbers of checkpoint ``i`` under several attack seeds. Rho is
-    taken against each checkpoint's mean over its seeds; each resample draws checkpoints with
-    replacement and, within each drawn checkpoint, its seeds with replacement, so the interval
-    carries both the choice of checkpoints and the seed noise (with one seed per checkpoint it is
-    the plain pairs bootstrap). With ``groups`` (each checkpoint's method), methods are drawn first
-    and checkpoints within each drawn method (:func:`_draws`): checkpoints of one method are not
-    independent draws, and the interval then carries the choice of methods too. Checkpoints whose
-    ``x`` or every ``y`` is not finite are dropped first (``n_dropped``); so are a checkpoint's
-    non-finite seeds. Resamples in which either side is constant have no rho and are left out;
-    their number is returned as ``n_degenerate``.
+    ``y[i]`` is one number, or checkpoint ``i``'s numbers under several attack seeds: ρ is against their
+    mean, and the resamples (:func:`_draws`) draw checkpoints, then each one's seeds, so the interval
+    carries the seed noise too (one seed each: the plain pairs bootstrap); with ``groups`` (each
+    checkpoint's method) they draw methods first, as checkpoints of one method are not independent.
+    Checkpoints with a non-finite ``x`` or no finite seed are dropped first (``n_dropped``), and so
+    are non-finite seeds; resamples with a constant side have no ρ (``n_degenerate``).
 
     Returns:
         ``{"rho", "low", "high", "n", "n_groups", "n_seeds", "n_boot", "n_degenerate", "n_dropped"}``
@@ -160,14 +154,10 @@ def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]],
 
 def bootstrap_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequence[float | Sequence[float]],
                            n_boot: int = 2000, seed: int = 0, groups: Sequence | None = None) -> dict:
-    """ρ(x_b, ΔES) − ρ(x_a, ΔES) with a percentile interval from paired resamples (the same
-    checkpoints and seeds for both predictors, as :func:`bootstrap_spearman` draws them), over the
-    checkpoints both predictors are finite on: whether one predictor ranks robustness better than
-    another, which two separate intervals cannot say. ``groups`` as in :func:`bootstrap_spearman`.
-
-    Returns:
-        ``{"gap", "low", "high", "n", "n_degenerate", "n_dropped"}``.
-    """
+    """ρ(x_b, ΔES) − ρ(x_a, ΔES) with a percentile interval from paired resamples (those of
+    :func:`bootstrap_spearman` for both), over the checkpoints both are finite on: whether one predictor
+    ranks robustness better than another, which two separate intervals cannot say. Returns
+    ``{"gap", "low", "high", "n", "n_degenerate", "n_dropped"}``."""
     (a, b), runs, n_dropped, groups = _clean([x_a, x_b], y, groups)
     means = [v.mean() for v in runs]
     gap = spearman(b, means) - spearman(a, means)
@@ -232,14 +222,11 @@ def permutation_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]
                          seed: int = 0, strata: Sequence | None = None) -> dict:
     """Two-sided permutation p-value of Spearman's ρ(x, y) (``y`` per checkpoint, or a list of
     seeds averaged), by every reordering of ``y`` where there are at most ``n_perm`` (exact), else
-    ``n_perm`` random ones. With ``strata`` (each checkpoint's method) ``y`` is reordered only
-    within a method: the null of :func:`stratified_spearman`. Reordering across every checkpoint
-    takes them as exchangeable under the null, which checkpoints of one method are not: read a
-    pooled p-value beside the interval that resamples methods, not in its place.
-
-    Returns:
-        ``{"rho", "p", "n", "n_perm", "exact"}`` (``rho``: pooled, or stratified with ``strata``).
-    """
+    ``n_perm`` random ones; with ``strata`` (each checkpoint's method) only within a method, the null
+    of :func:`stratified_spearman`. Reordering across every checkpoint takes them as exchangeable,
+    which checkpoints of one method are not: read a pooled p-value beside the interval that resamples
+    methods, not in its place. Returns ``{"rho", "p", "n", "n_perm", "exact"}`` (``rho``: stratified
+    with ``strata``)."""
     (x,), runs, _, strata = _clean([x], y, strata)
     ys = np.array([v.mean() for v in runs])
     groups = None if strata is None else [np.flatnonzero(np.asarray(strata) == g) for g in dict.fromkeys(strata)]
@@ -294,11 +281,9 @@ def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]]
     whether, within one method, the stronger updates that a predictor scores higher recover less;
     differences between methods do not enter it, so it is where more checkpoints per method buy
     power (the pooled ρ's interval stays wide with few methods however many checkpoints each has).
-    The interval resamples methods, checkpoints within each and seeds within each (:func:`_draws`).
-
-    ``cells`` (one label per checkpoint, finer than its method: the method on one forget split)
-    takes the ρ within each cell instead, since ΔES on two forget sets are not one scale, while the
-    interval still draws methods whole: a method's cells are not independent draws.
+    The interval resamples as :func:`_draws`. With ``cells`` (finer labels: the method on one forget
+    split, as ΔES on two forget sets are not one scale) the ρ is taken within each cell, while the
+    interval still draws methods whole.
 
     Returns:
         ``{"rho", "low", "high", "n", "n_groups", "per_group": {cell: (rho, n)}, "n_degenerate"}``;
