@@ -78,6 +78,7 @@ def test_healthy_excludes_collapsed_models_with_the_reason():
 def test_predictor_table_reports_each_subset_and_predictor():
     df = pd.DataFrame({"FRAG_x100": [5, 4, 3, 2, 1.0], "l2_all": [1, 2, 3, 5, 4.0],
                        "delta_es": [0.1, 0.2, 0.3, 0.4, 0.5], "method": ["frp", "npo", "ga", "rmu", "sp"]})
+    df = df.assign(model=df.method)
     t = A.predictor_table(df, {"all": df.method.ne(""), "without FRP": df.method.ne("frp")},
                           predictors=("FRAG_x100", "l2_all"), n_boot=100)
     got = {(r.subset, r.predictor): (r.n, r.rho) for r in t.itertuples()}
@@ -103,7 +104,7 @@ def test_paper_table3_takes_one_main_checkpoint_per_method_and_split_without_ga(
                 rows.append({"method": method, "forget_split": split, "unlearned_run": f"{method}_{split}_{setting}",
                              "delta_es": len(rows) % 7 / 10, "l2_all": len(rows) % 5, "FRAG_x100": len(rows) % 3,
                              "A_f_x100": len(rows) % 4, "A_r_x100": len(rows) % 6})
-    df = pd.DataFrame(rows)
+    df = pd.DataFrame(rows).assign(model=lambda t: t.method)
     main = {r for r in df.unlearned_run if r.endswith("_main")}
     chosen = A.paper_table3_checkpoints(df, main)
     assert len(chosen) == 15 and set(chosen.method) == {"graddiff", "npo", "rmu", "sp", "frp"}
@@ -185,7 +186,8 @@ def test_claims_put_the_paper_the_authors_recomputation_and_ours_side_by_side_wi
     rng = np.random.default_rng(0)
     methods = ["graddiff", "npo", "rmu", "sp", "frp"] * 3
     delta = np.linspace(0.0, 0.7, 15)
-    checkpoints = pd.DataFrame({"weights": "bf16", "method": methods, "FRAG_x100": -delta + rng.normal(0, 0.01, 15),
+    checkpoints = pd.DataFrame({"weights": "bf16", "method": methods, "model": methods,
+                                "FRAG_x100": -delta + rng.normal(0, 0.01, 15),
                                 "l2_all": delta + rng.normal(0, 0.01, 15),
                                 "delta_es": [[d, d + 0.01, d - 0.01] for d in delta]})
     c = A.claims(table3, checkpoints, n_boot=200).set_index(["subset", "predictor"])

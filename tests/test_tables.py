@@ -88,7 +88,8 @@ def test_seed_repeats_turn_each_checkpoint_delta_into_its_list_of_seeds_and_wide
     from frag_utils.report import analysis, stats
 
     chosen = pd.DataFrame({"unlearned_run": ["a", "b", "c", "d"], "attack_data": "forget_retain",
-                           "method": ["npo", "rmu", "sp", "frp"], "l2_all": [1.0, 2.0, 3.0, 4.0],
+                           "method": ["npo", "rmu", "sp", "frp"], "model": ["npo", "rmu", "sp", "frp"],
+                           "l2_all": [1.0, 2.0, 3.0, 4.0],
                            "delta_es": [0.4, 0.3, 0.2, 0.1], "run": ["a42", "b42", "c42", "d42"]})
     repeats = pd.DataFrame({"unlearned_run": ["a", "a", "c"], "attack_data": "forget_retain",
                             "delta_es": [0.0, 0.2, 0.6], "run": ["a1", "a2", "c1"]})

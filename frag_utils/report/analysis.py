@@ -36,21 +36,18 @@ def predictor_table(df: pd.DataFrame, subsets: dict[str, pd.Series], predictors:
     """Spearman ρ of each predictor with ``delta_es`` (a list of seeds each, or one number) per subset
     (name -> mask over ``df``), one row per (subset, predictor): ``n`` (checkpoints), ``methods``,
     ``attacks`` (attack runs behind them), ``rho, low, high`` (:func:`bootstrap_spearman`: the interval
-    resamples the :data:`GROUP_BY` methods where ``df`` names them, then checkpoints, then seeds, as
-    ``resampled`` says), ``p_perm`` (:func:`permutation_spearman`, across checkpoints) and
-    ``degenerate_resamples`` (resamples without a ρ, left out of the interval)."""
-    grouped = GROUP_BY in df
+    resamples the :data:`GROUP_BY` methods, then checkpoints, then seeds, as ``resampled`` says),
+    ``p_perm`` (:func:`permutation_spearman`, across checkpoints) and ``degenerate_resamples``
+    (resamples without a ρ, left out of the interval)."""
     rows = []
     for name, mask in subsets.items():
         part = df[mask]
-        groups = list(part[GROUP_BY]) if grouped else None
         for p in predictors:
-            res = bootstrap_spearman(part[p], part.delta_es, n_boot=n_boot, groups=groups)
+            res = bootstrap_spearman(part[p], part.delta_es, n_boot=n_boot, groups=list(part[GROUP_BY]))
             perm = permutation_spearman(part[p], part.delta_es) if res["n"] >= 3 else {}
             rows.append({"subset": name, "predictor": p, "n": res["n"], "methods": res["n_groups"],
                          "attacks": sum(res["n_seeds"]), "rho": res["rho"], "low": res["low"], "high": res["high"],
-                         "p_perm": perm.get("p", np.nan),
-                         "resampled": "methods, checkpoints, seeds" if grouped else "checkpoints, seeds",
+                         "p_perm": perm.get("p", np.nan), "resampled": "methods, checkpoints, seeds",
                          "degenerate_resamples": res["n_degenerate"]})
     return pd.DataFrame(rows)
 
@@ -151,10 +148,10 @@ def _l2_verdict(part: pd.DataFrame, frag: pd.Series | None, low: float, n_boot: 
     """The verdict of an L2 claim over the checkpoints ``part``: read off the interval of ρ(L2) −
     ρ(FRAG) over paired resamples, supported only where FRAG's own ρ (``frag``, its Table 3 row) is
     negative too; ``low``, the low end of L2's own interval, says whether L2 ranks in reverse."""
-    groups = list(part[GROUP_BY]) if len(part) and GROUP_BY in part else None
     gap = {"gap": np.nan, "low": np.nan, "high": np.nan}
     if len(part):
-        gap = bootstrap_spearman_gap(part.FRAG_x100, part.l2_all, list(part.delta_es), n_boot=n_boot, groups=groups)
+        gap = bootstrap_spearman_gap(part.FRAG_x100, part.l2_all, list(part.delta_es), n_boot=n_boot,
+                                     groups=list(part[GROUP_BY]))
     verdict = _verdict(gap["low"], gap["high"], "supported: ρ(L2) > ρ(FRAG)", "reversed: ρ(L2) < ρ(FRAG)")
     if verdict.startswith("supported") and frag is not None and not frag.high < 0:
         # FRAG beating L2 means a negative FRAG ρ with L2's above it, not only L2's above FRAG's
@@ -203,7 +200,7 @@ def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16
                      "paper_1B": printed.get((subset, paper_name), np.nan),
                      "authors_recomputed_1B": recomputed.get((subset, AUTHORS_PREDICTOR[predictor]), np.nan),
                      f"ours_{weights}": rho, "low": low, "high": high, "n": n, "attacks": attacks, "verdict": verdict,
-                     "what_follows": _what_follows(predictor, verdict)})
+                     "what_follows": next((t for start, t in _FOLLOWS[predictor] if verdict.startswith(start)), "")})
     return pd.DataFrame(rows)
 
 
@@ -237,10 +234,6 @@ _FOLLOWS = {"FRAG_x100": (("supported", "at 135M too, the larger the FRAG gap, t
                                          "FRAG predicting robustness better"),
                        ("reversed", "global L2 ranks robustness better than FRAG at 135M"),
                        ("not resolved", "these checkpoints cannot tell L2 and FRAG apart"))}
-
-
-def _what_follows(predictor: str, verdict: str) -> str:
-    return next((text for start, text in _FOLLOWS[predictor] if verdict.startswith(start)), "")
 
 
 # -- the paper's Table 1 claim: FRP keeps the least after each attack --------------------------
@@ -288,9 +281,6 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
         compared = ["frp_p0", *TABLE1_BASELINES]
         known = bool(len(ours)) and set(compared) <= set(ours.index)
         known = known and bool(ours.loc[compared, cols].notna().all().all())
-        row = {"claim": f"FRP (P 0) keeps the lowest forget ES and ΔES after the {name} attack", "attack": attack,
-               "weights": weights,
-               "paper_1B_es": p_es, "paper_1B_delta_es": p_delta}
         if known:
             base = ours.loc[list(TABLE1_BASELINES)]
             es, es_low = _lowest(base[cols[0]], ours.loc["frp_p0", cols[0]])
@@ -317,8 +307,9 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
         else:
             es = delta = verdict = "not measured yet"
             mu, follows = float("nan"), ""
-        rows.append({**row, "ours_es": es, "ours_delta_es": delta,
-                     "frp_model_utility": mu, "verdict": verdict, "what_follows": follows})
+        rows.append({"claim": f"FRP (P 0) keeps the lowest forget ES and ΔES after the {name} attack", "attack": attack,
+                     "weights": weights, "paper_1B_es": p_es, "paper_1B_delta_es": p_delta, "ours_es": es,
+                     "ours_delta_es": delta, "frp_model_utility": mu, "verdict": verdict, "what_follows": follows})
     return pd.DataFrame(rows)
 
 

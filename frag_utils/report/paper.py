@@ -190,11 +190,9 @@ def headline(book) -> pd.DataFrame:
     """The README's first table (:func:`analysis.headline`): over the healthy frontier (the paper's
     rule) once four checkpoints are attacked, until then over the paper's Table 3 in bf16."""
     ft3, t3 = book.frontier_table3, book.table3
-    on_frontier = bool(len(ft3)) and ft3.rule.eq("paper").any()
-    chosen = ft3 if on_frontier else t3
-    table = analysis.headline(ft3[ft3.rule.eq("paper")] if on_frontier else t3[t3.weights.eq("bf16")] if len(t3)
-                              else t3)
-    return sourced(table, chosen.attrs["source_runs"])
+    if len(ft3) and ft3.rule.eq("paper").any():
+        return sourced(analysis.headline(ft3[ft3.rule.eq("paper")]), ft3.attrs["source_runs"])
+    return sourced(analysis.headline(t3[t3.weights.eq("bf16")] if len(t3) else t3), t3.attrs["source_runs"])
 
 
 def build(book) -> dict[Table, object]:

@@ -95,15 +95,11 @@ def seed_deltas(attacks: Iterable[dict]) -> dict[str, list[float]]:
 
 
 class Records:
-    """The complete records of ``profile``, and its grid's files: its models (``grid_05``), their
-    attacks (``grid_06``) and the seed repeats (``seeds_06``).
-
-    Attributes:
-        method_runs: every notebook-05 record; ``method_by_run`` by run name.
-        all_attacks: every notebook-06 record by its parameters (:meth:`key`; a run two files list
-            is read once), less the ``stale`` ones: the 05 run they attacked was redone or removed
-            since (its FRAG or L2 are no longer what the attack recorded).
-    """
+    """The complete records of ``profile`` and its grid's files: its models (``grid_05``), their attacks
+    (``grid_06``), the seed repeats (``seeds_06``). ``method_runs``: every notebook-05 record
+    (``method_by_run`` by run name); ``all_attacks``: every notebook-06 record by its parameters (:meth:`key`:
+    a run two files list is read once), less the ``stale`` ones, whose 05 run was redone or removed since
+    (its FRAG or L2 are no longer what the attack recorded)."""
 
     def __init__(self, profile: str, grid_05: str = GRID_05, grid_06: str = GRID_06, seeds_06: str = SEEDS_06) -> None:
         self.profile, self.grid_05, self.grid_06, self.seeds_06 = profile, grid_05, grid_06, seeds_06
@@ -182,8 +178,7 @@ class Records:
 
     def forget_retain_repeats(self, checkpoints: set[str] | None = None) -> list[dict]:
         """The forget+retain attacks of the seed-repeat file (on ``checkpoints`` only, 05 run names, if given)."""
-        return [r for r in (self.attacks_of_file(self.seeds_06) if self.seeds_06 else [])
-                if row(r)["attack_data"] == "forget_retain"
+        return [r for r in self.attacks_of_file(self.seeds_06) if row(r)["attack_data"] == "forget_retain"
                 and (checkpoints is None or row(r)["unlearned_run"] in checkpoints)]
 
     @functools.cached_property
