@@ -134,16 +134,11 @@ def write(out_dir: Path, prov: dict, built: dict[Table, Any]) -> list[str]:
     return written
 
 
-def families() -> tuple:
-    """The families of tables, in chapter order (their modules import this one)."""
+def tables() -> list[Table]:
+    """Every declared table and figure, in chapter order (the families' modules import this one)."""
     from . import controls, frontier, grid, paper, targets, variants
 
-    return frontier, paper, targets, controls, variants, grid
-
-
-def tables() -> list[Table]:
-    """Every declared table and figure, in chapter order."""
-    return [t for family in families() for t in family.DECLARED]
+    return [t for family in (frontier, paper, targets, controls, variants, grid) for t in family.DECLARED]
 
 
 class Book:

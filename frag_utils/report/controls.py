@@ -57,23 +57,18 @@ def _noise(rec, centre: dict, found: list[dict]) -> pd.DataFrame:
     return sourced(table, [*fr.run, *[r for r in (*fr.attack_run, *retain.attack_run) if r]])
 
 
-def _pairs(rec, found: list[dict]) -> list[tuple[str, dict, dict]]:
-    """``(kind, frp, sp)``: FRP against SP at the same budget and at the same update norm."""
+def _matched(rec, found: list[dict]) -> pd.DataFrame:
+    """Appendix C.4: FRP against SP at the same budget and at the same update norm, a row per pair, under
+    forget+retain."""
     frp = {name(r): r for r in rec.methods_of_file(recorded.ABLATIONS_05) if made(r).get("variant") == "released"
            and params(r)["frp_lam"] == 0.05}
-    pairs = []
+    pairs = []  # (kind, frp, sp)
     for sp in [r for r in found if row(r)["method"] == "sp"] + rec.forget10_bf16("sp"):
         matched, budget = params(sp)["match_l2_run"], made(sp).get("sparsity")
         partner = frp.get(matched) if matched else next(
             (r for r in frp.values() if r["results"]["made"].get("sparsity") == budget), None)
         if partner is not None:
             pairs.append(("update norm" if matched else "sparsity", partner, sp))
-    return pairs
-
-
-def _matched(rec, found: list[dict]) -> pd.DataFrame:
-    """Appendix C.4: one row per pair of :func:`_pairs`, under forget+retain."""
-    pairs = _pairs(rec, found)
     if not pairs:
         return sourced(pd.DataFrame(), [])
     attacked = rec.attacked([r for _, f, s in pairs for r in (f, s)], "forget_retain",

@@ -67,13 +67,6 @@ def _found(rec, attack_params: dict) -> dict | None:
     return rec.all_attacks.get(rec.key(attack_params))
 
 
-def _before(split: str, family: str, label: str, before: dict) -> dict:
-    """A checkpoint before the attack (from its first protocol attack, else its 05 row)."""
-    return {"split": split, "family": family, "variant": "before the attack", "model": label, "seeds": 0,
-            "es_after": before.get("es_before", before.get("es")), "es_after_range": 0.0, "delta_es": 0.0,
-            "model_utility_after": before.get("model_utility_before", before.get("model_utility"))}
-
-
 def _after(split: str, family: str, variant: str, label: str, epoch_rows: list[dict], target_mu: float) -> dict:
     """One attack (variant, epoch) over its seeds: the mean ES after and its range."""
     es = [e["es"] for e in epoch_rows]
@@ -94,9 +87,11 @@ def _family(rec, split: str, family: str, changes: tuple, used: list[str]) -> li
         base, label = variant_base(rec, run, split), rec.label(run)
         first = [r for r in (_found(rec, {**base, "seed": seed}) for seed in seeds) if r is not None]
         model = row(rec.method_by_run[run]) if run in rec.method_by_run else None
-        before = row(first[0]) if first else model
+        before = row(first[0]) if first else model  # from its first protocol attack, else its 05 row
         if before is not None:
-            rows.append(_before(split, family, label, before))
+            rows.append({"split": split, "family": family, "variant": "before the attack", "model": label, "seeds": 0,
+                         "es_after": before.get("es_before", before.get("es")), "es_after_range": 0.0, "delta_es": 0.0,
+                         "model_utility_after": before.get("model_utility_before", before.get("model_utility"))})
         cases = [("protocol", first)] + [
             (_label(change), [r for r in (_found(rec, {**base, "seed": seed, **change}) for seed in seeds)
                               if r is not None]) for change in changes]
