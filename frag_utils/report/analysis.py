@@ -15,30 +15,40 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from .. import paths
 from .stats import bootstrap_spearman, bootstrap_spearman_gap, permutation_spearman, stratified_spearman
-
-
-def healthy(df: pd.DataFrame, min_utility_fraction: float = 0.5) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``(healthy, excluded)``: the checkpoints (``model_utility_before``, ``target_model_utility``) whose
-    Model Utility before the attack is at least ``min_utility_fraction`` of the target's, and the
-    collapsed others, with a ``reason``."""
-    collapsed = df.model_utility_before < min_utility_fraction * df.target_model_utility
-    return df[~collapsed], df[collapsed].assign(reason=f"Model Utility below {min_utility_fraction:g} x target's")
-
 
 # the column that names a checkpoint's method for the intervals: the model label (FRP's two vetoes
 # are two methods), resampled as one unit because its checkpoints share a recipe and a target
 GROUP_BY = "model"
+# The paper's Table 3 (the authors' analysis/table3_spearman.py): a fixed method list, one
+# checkpoint per method and forget split at its main setting, the forget+retain attack. GA is left
+# out by name as collapsed; no utility rule. Columns: all, and without FRP.
+PAPER_TABLE3_METHODS = ("graddiff", "npo", "rmu", "sp", "frp")
+PAPER_TABLE3_PREDICTORS = ("l2_all", "FRAG_x100", "A_f_x100", "A_r_x100")
+AUTHORS_TABLE3 = ("scale", "subset", "predictor", "rho", "n", "source")
+# this repository's predictor columns -> the authors' names for the same quantity
+AUTHORS_PREDICTOR = {"l2_all": "l2", "FRAG_x100": "frag_gap", "A_f_x100": "cos_f", "A_r_x100": "cos_r"}
+# below this many methods an interval that resamples methods is nominal: a cluster bootstrap over few
+# clusters covers less than its level (a verdict "with 95 % confidence" says so)
+FEW_METHODS = 10
+# Table 3's checkpoints in the paper's protocol: 5 methods x 3 splits, 4 x 3 without FRP
+PLANNED_CHECKPOINTS = {"all": 15, "w/o FRP": 12}
+
+
+def healthy(df: pd.DataFrame, min_utility_fraction: float = 0.5) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(healthy, excluded)``: the checkpoints whose Model Utility before the attack is at least
+    ``min_utility_fraction`` of the target's, and the collapsed others, with a ``reason``."""
+    collapsed = df.model_utility_before < min_utility_fraction * df.target_model_utility
+    return df[~collapsed], df[collapsed].assign(reason=f"Model Utility below {min_utility_fraction:g} x target's")
 
 
 def predictor_table(df: pd.DataFrame, subsets: dict[str, pd.Series], predictors: Sequence[str],
                     n_boot: int = 2000) -> pd.DataFrame:
-    """Spearman ρ of each predictor with ``delta_es`` (a list of seeds each, or one number) per subset
-    (name -> mask over ``df``), one row per (subset, predictor): ``n`` (checkpoints), ``methods``,
-    ``attacks`` (attack runs behind them), ``rho, low, high`` (:func:`bootstrap_spearman`: the interval
-    resamples the :data:`GROUP_BY` methods, then checkpoints, then seeds, as ``resampled`` says),
-    ``p_perm`` (:func:`permutation_spearman`, across checkpoints) and ``degenerate_resamples``
-    (resamples without a ρ, left out of the interval)."""
+    """Spearman ρ of each predictor with ``delta_es`` (a list of seeds each) per subset (name -> mask over
+    ``df``): ``n`` checkpoints, ``methods``, ``attacks`` (runs), ``rho, low, high`` (:func:`bootstrap_spearman`
+    over the :data:`GROUP_BY` methods, their checkpoints and seeds), ``p_perm`` (:func:`permutation_spearman`,
+    across checkpoints) and ``degenerate_resamples`` (resamples without a ρ, left out of the interval)."""
     rows = []
     for name, mask in subsets.items():
         part = df[mask]
@@ -50,13 +60,6 @@ def predictor_table(df: pd.DataFrame, subsets: dict[str, pd.Series], predictors:
                          "p_perm": perm.get("p", np.nan), "resampled": "methods, checkpoints, seeds",
                          "degenerate_resamples": res["n_degenerate"]})
     return pd.DataFrame(rows)
-
-
-# The paper's Table 3 (the authors' analysis/table3_spearman.py): a fixed method list, one
-# checkpoint per method and forget split at its main setting, the forget+retain attack. GA is left
-# out by name as collapsed; no utility rule. Columns: all, and without FRP.
-PAPER_TABLE3_METHODS = ("graddiff", "npo", "rmu", "sp", "frp")
-PAPER_TABLE3_PREDICTORS = ("l2_all", "FRAG_x100", "A_f_x100", "A_r_x100")
 
 
 def paper_table3_checkpoints(df: pd.DataFrame, main_runs: set[str]) -> pd.DataFrame:
@@ -83,15 +86,9 @@ def paper_table3(chosen: pd.DataFrame, predictors: Sequence[str] = PAPER_TABLE3_
     return predictor_table(chosen, paper_table3_subsets(chosen), predictors, n_boot)
 
 
-AUTHORS_TABLE3 = ("scale", "subset", "predictor", "rho", "n", "source")
-
-
 def _reference(file: str, columns: tuple[str, ...]) -> pd.DataFrame:
-    """A table of ``data/reference/`` (``data/reference/README.md`` names each source), refused if its
-    columns are not ``columns``."""
-    from ..paths import DATA_DIR
-
-    table = pd.read_csv(DATA_DIR / "reference" / file)
+    """A table of ``data/reference/`` (its README names each source), refused unless its columns are ``columns``."""
+    table = pd.read_csv(paths.DATA_DIR / "reference" / file)
     if tuple(table.columns) != columns:
         raise ValueError(f"{file} has columns {list(table.columns)}, expected {list(columns)}.")
     return table
@@ -110,10 +107,6 @@ def _authors_rho(scale: str, printed: bool = False) -> pd.Series:
     t = authors_table3()
     t = t[t.scale.eq(scale) & t.source.str.startswith("paper").eq(printed)]
     return t.drop_duplicates(["subset", "predictor"]).set_index(["subset", "predictor"]).rho
-
-
-# this repository's predictor columns -> the authors' names for the same quantity
-AUTHORS_PREDICTOR = {"l2_all": "l2", "FRAG_x100": "frag_gap", "A_f_x100": "cos_f", "A_r_x100": "cos_r"}
 
 
 def table3_beside_authors(ours: pd.DataFrame) -> pd.DataFrame:
@@ -135,13 +128,6 @@ def _verdict(low: float, high: float, above: str, below: str) -> str:
     if low > 0:
         return f"{above} with 95 % confidence"
     return "not resolved: the interval includes 0"
-
-
-# below this many methods an interval that resamples methods is nominal: a cluster bootstrap over few
-# clusters covers less than its level (a verdict "with 95 % confidence" says so)
-FEW_METHODS = 10
-# Table 3's checkpoints in the paper's protocol: 5 methods x 3 splits, 4 x 3 without FRP
-PLANNED_CHECKPOINTS = {"all": 15, "w/o FRP": 12}
 
 
 def _l2_verdict(part: pd.DataFrame, frag: pd.Series | None, low: float, n_boot: int) -> str:
@@ -205,11 +191,9 @@ def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16
 
 
 def beside(claims_: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
-    """``claims_`` (:func:`claims` of one precision) with the same claims measured in another
-    precision (``other``, :func:`claims` row for row) in one column more, ``ours_<weights>``: its
-    ρ with interval, ``n`` and the first words of its verdict, in one cell; on the L2 rows, whose
-    verdict is on ρ(L2) − ρ(FRAG), that difference with its interval too, and whether L2's own ρ
-    is reversed."""
+    """``claims_`` (:func:`claims` of one precision) with the same claims in another precision (``other``)
+    in one column more, ``ours_<weights>``: ρ with interval, ``n`` and the verdict's first words in one
+    cell, and on the L2 rows ρ(L2) − ρ(FRAG) with its interval and whether L2's own ρ is reversed."""
     weights = next(c for c in other.columns if c.startswith("ours_"))
 
     def cell(r: pd.Series) -> str:
@@ -234,7 +218,6 @@ _FOLLOWS = {"FRAG_x100": (("supported", "at 135M too, the larger the FRAG gap, t
                                          "FRAG predicting robustness better"),
                        ("reversed", "global L2 ranks robustness better than FRAG at 135M"),
                        ("not resolved", "these checkpoints cannot tell L2 and FRAG apart"))}
-
 
 # -- the paper's Table 1 claim: FRP keeps the least after each attack --------------------------
 PAPER_TABLE1 = ("scale", "method", "attack", "es", "delta_es", "utility")
@@ -322,6 +305,7 @@ FRAGILE_PART = "real_authors_perturbed/rouge"
 HEALTHY_RULES = {"paper": "Model Utility at least half the target's",
                  "parts": f"Model Utility without {FRAGILE_PART} at least half the target's"}
 MIN_FORGETTING = 0.1  # forget ES at least this far below the target's: the checkpoint unlearned something
+PRUNING = ("sp", "frp")
 
 
 def utility_without(parts: dict[str, float]) -> float:
@@ -340,13 +324,9 @@ def healthy_by_rule(df: pd.DataFrame) -> pd.DataFrame:
                      healthy_parts=forgets & (df.utility_wo_fragile >= 0.5 * df.target_utility_wo_fragile))
 
 
-PRUNING = ("sp", "frp")
-
-
 def frontier_subsets(df: pd.DataFrame) -> dict[str, pd.Series]:
-    """Table 3's columns on the frontier: all, without FRP (the paper's two), each family, and,
-    where checkpoints of several forget splits are attacked, each split alone (does a reading of
-    one split hold on the other?)."""
+    """Table 3's columns on the frontier: the paper's two, each family, and each forget split alone where
+    several are attacked (does a reading of one split hold on the other?)."""
     subsets = {"all": df.method.ne(""), "w/o FRP": df.method.ne("frp"), "pruning": df.method.isin(PRUNING),
                "dense": ~df.method.isin(PRUNING)}
     splits = list(dict.fromkeys(df.forget_split))
@@ -355,10 +335,9 @@ def frontier_subsets(df: pd.DataFrame) -> dict[str, pd.Series]:
 
 def frontier_table3(df: pd.DataFrame, predictors: Sequence[str] = PAPER_TABLE3_PREDICTORS,
                     n_boot: int = 2000) -> pd.DataFrame:
-    """Table 3 on a set of attacked checkpoints (``delta_es`` a list of seeds each): per subset of
-    :func:`frontier_subsets` with at least four checkpoints, and predictor, the pooled ρ of
-    :func:`predictor_table`, and the within-method ρ (:func:`stratified_spearman`: within each
-    method on each forget split, ``within_strata`` of them with a ρ) with its own interval and its
+    """Table 3 on attacked checkpoints: per subset of :func:`frontier_subsets` with four checkpoints, and
+    predictor, the pooled ρ (:func:`predictor_table`) and the within-method ρ (:func:`stratified_spearman`,
+    within each method on each forget split: ``within_strata`` of them have a ρ) with its interval and its
     p-value from reorderings within those strata."""
     rows = []
     for name, mask in frontier_subsets(df).items():
@@ -386,16 +365,13 @@ PAPER_IMPORTANCE_RHO = {"activation": -0.92, "fisher": 0.57, "influence": 0.25, 
 BARRIER_BUMP = 1e-3
 # The paper's tab:lmc at 1B: family -> (checkpoints, the barrier's range as printed)
 PAPER_LMC = {"dense and FRP": (42, "0.000"), "SP": (4, "0.076-0.387")}
-
-
 # what the importance tables rank per importance term: the FRAG gap (Eq. 5) and cos(F, ΔW²) alone,
 # which the paper's printed "activation" value is (its Table 3 FRAG column: the authors' REPRODUCE.md)
 IMPORTANCE_SCORES = {"FRAG_x100": "FRAG gap (Eq. 5)", "A_f_x100": "cos(F, ΔW²)"}
 
 
 def importance_columns(scored: pd.DataFrame) -> list[str]:
-    """The ``<score>:<term>`` columns of ``scored`` (:data:`IMPORTANCE_SCORES`), in
-    :data:`IMPORTANCE_REQUIRES`' order."""
+    """The ``<score>:<term>`` columns of ``scored``, in :data:`IMPORTANCE_REQUIRES`' order."""
     return [f"{s}:{k}" for s in IMPORTANCE_SCORES for k in IMPORTANCE_REQUIRES if f"{s}:{k}" in scored]
 
 
@@ -409,10 +385,8 @@ def importance_rows(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def lmc_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The paper's ``tab:lmc`` on a set of checkpoints (``method`` and ``barrier`` per row): per
-    family (dense: GA, GradDiff, NPO, RMU; FRP; SP) the checkpoints, the barrier's least and largest
-    value, and how many exceed :data:`BARRIER_BUMP`, beside the paper's 1B values (which pool dense
-    and FRP)."""
+    """The paper's ``tab:lmc``: per family (dense, FRP, SP) the checkpoints, the barrier's least and largest
+    value, and how many exceed :data:`BARRIER_BUMP`, beside the paper's 1B values (dense and FRP pooled)."""
     family = df.method.map(lambda m: "SP" if m == "sp" else "FRP" if m == "frp" else "dense")
     rows = []
     for name in ("dense", "FRP", "SP"):
@@ -436,10 +410,9 @@ def detectable_rho(n: int, level: float = 0.95, power: float = 0.8) -> float:
 
 
 def utility_bands(df: pd.DataFrame, edges: Sequence[float] = (0.5, 0.75, 1.0, np.inf)) -> pd.DataFrame:
-    """The paper's "ΔES at matched utility" (Appendix, ``ctrl_matched_utility``): checkpoints grouped
-    by Model Utility as a fraction of the target's (bands between ``edges``), and per band and
-    method the mean ΔES (a list of seeds each: their mean first) over its checkpoints, with
-    how many; FRP's beside each other method's in the same band is the comparison."""
+    """The paper's "ΔES at matched utility" (``ctrl_matched_utility``): per band of Model Utility over the
+    target's (between ``edges``) and method, the checkpoints and their mean ΔES (of each one's seed mean):
+    FRP's beside each other method's in the same band is the comparison."""
     frac = df.model_utility / df.target_model_utility
     labels = [f"{lo:g}-{hi:g}" if np.isfinite(hi) else f">= {lo:g}" for lo, hi in zip(edges[:-1], edges[1:])]
     band = pd.cut(frac, list(edges), right=False, labels=labels)
@@ -450,11 +423,10 @@ def utility_bands(df: pd.DataFrame, edges: Sequence[float] = (0.5, 0.75, 1.0, np
 
 
 def headline(table3: pd.DataFrame, subset: str = "all") -> pd.DataFrame:
-    """The README's one short table: per predictor of Table 3 over ``subset`` (``table3``:
-    :func:`table3_beside_authors` rows of one set of checkpoints), what the paper prints at 1B (its
-    FRAG column, which is cos F, in the FRAG row, as the paper names it), the authors' recomputation
-    from their checkpoints at 1B, this repository's ρ with its interval, and the checkpoints and
-    methods behind it. No sentence in a cell; a value the paper does not print is a dash."""
+    """The README's one short table: per predictor of Table 3 over ``subset`` (:func:`table3_beside_authors`
+    rows), what the paper prints at 1B (its FRAG column, cos F, in the FRAG row as the paper names it), the
+    authors' recomputation at 1B, this repository's ρ with its interval, and the checkpoints and methods
+    behind it; a value the paper does not print is a dash."""
     def signed(v: float) -> str:
         return "—" if pd.isna(v) else f"{v:+.2f}"
 

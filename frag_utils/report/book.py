@@ -1,8 +1,7 @@
 """Notebook 09 in one object. Each table or figure is declared once (:class:`Table`) beside the
 function that builds it, in one module per family (``DECLARED`` and ``build(book)``, which may read
 what an earlier chapter kept on the book); each carries the runs it was built from (:func:`sourced`)
-to its provenance file; :class:`Book` reads the records once and builds a family per call.
-"""
+to its provenance file; :class:`Book` reads the records once and builds a family per call."""
 from __future__ import annotations
 
 import re

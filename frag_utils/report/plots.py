@@ -1,11 +1,8 @@
-"""The figures notebook 09 draws, each from one of its tables only.
-
-Every function returns a matplotlib figure (the notebook shows it inline and
-:func:`frag_utils.records.write_figure` saves it as PNG). The Agg backend is used when no other
-was chosen, so nothing here opens a window; layouts are fixed, so a figure's bytes depend on its
-table only. Every figure has one legend, no per-point text, at most 2 x 2 panels, the same colour for a
-model in every figure, and a title that says what to look at.
-"""
+"""The figures notebook 09 draws, each a matplotlib figure from one of its tables only (the notebook shows
+it inline and :func:`frag_utils.records.write_figure` saves it as PNG). The Agg backend is used when no other
+was chosen, so nothing here opens a window; layouts are fixed, so a figure's bytes depend on its table only.
+Every figure has one legend, no per-point text, at most 2 x 2 panels, the same colour for a model in every
+figure, and a title that says what to look at."""
 from __future__ import annotations
 
 from typing import Any
@@ -36,6 +33,8 @@ MODEL_ORDER = ("gold", "GA", "GradDiff", "NPO", "RMU", "SP", "FRP (P 0)", "FRP (
 SPLIT_MARKERS = {"forget10": "o", "forget05": "s", "forget01": "^"}
 PANEL_PREDICTORS = ("FRAG_x100", "l2_all")  # the paper's predictor against the distance it says is not enough
 LEGEND_AT = 0.85  # the legend sits right of the panels, from this fraction of the figure's width
+NOISE_PANELS = {"FRAG_x100": "FRAG gap (Eq. 5) x100", "l2_all": "global L2", "es": "forget ES before the attack",
+                "forget_retain_delta_es": "ΔES (forget+retain attack)"}
 
 
 def colours(sns: Any, labels: Any) -> dict:
@@ -96,10 +95,9 @@ def _rho(name: str, r: Any, within: bool = False) -> str:
 
 
 def frontier_panels(models: pd.DataFrame, table: pd.DataFrame, rule: str = "paper") -> Any:
-    """The README's figure: ΔES (the mean of each checkpoint's attack seeds) against FRAG's gap and
-    against global L2, one marker per healthy checkpoint by ``rule`` (``models``: the frontier's
-    ``frontier_models``), a method's strengths joined; each title gives the pooled and the
-    within-method ρ with their intervals (``table``: ``frontier_table3``)."""
+    """The README's figure: ΔES (each checkpoint's mean over its attack seeds) against FRAG's gap and against
+    global L2 over the healthy checkpoints by ``rule`` (``frontier_models``), a method's strengths joined;
+    each title gives the pooled and the within-method ρ with their intervals (``frontier_table3``)."""
     plt, sns = _pyplot()
     pts = models[models.attack_seeds.gt(0) & models[f"healthy_{rule}"]]
     pts = pts.assign(mean_delta=pts.delta_es.map(_mean))
@@ -117,11 +115,9 @@ def frontier_panels(models: pd.DataFrame, table: pd.DataFrame, rule: str = "pape
 
 
 def table3_panels(checkpoints: pd.DataFrame, table: pd.DataFrame, subset: str = "all") -> Any:
-    """The paper's Table 3 checkpoints: a row of two panels per weight precision, ΔES against FRAG's
-    gap and global L2, each checkpoint a marker at its mean ΔES with its seeds as faint dots
-    (``checkpoints``: ``weights``, ``model``, ``forget_split``, the predictors, ``delta_es`` as the
-    list of its seeds), ρ over ``subset`` in each title (``table``: :func:`analysis.paper_table3`
-    rows with a ``weights`` column)."""
+    """The paper's Table 3 checkpoints (``delta_es`` the list of each one's seeds): per weight precision, ΔES
+    against FRAG's gap and global L2, a marker at each checkpoint's mean with its seeds as faint dots, and ρ
+    over ``subset`` in each title (``table``: :func:`analysis.paper_table3` rows with ``weights``)."""
     plt, sns = _pyplot()
     pts = checkpoints.assign(mean_delta=checkpoints.delta_es.map(_mean))
     precisions = list(dict.fromkeys(pts.weights))
@@ -144,9 +140,8 @@ def table3_panels(checkpoints: pd.DataFrame, table: pd.DataFrame, subset: str = 
 
 
 def frontier_by_precision(rows: pd.DataFrame, threshold: float = 0.10) -> Any:
-    """Table 1's grid as a robustness/utility frontier: ΔES under the forget+retain attack against
-    Model Utility before it, a panel per weight precision, colour the model, marker the split
-    (``rows``: ``weights``, ``model``, ``forget_split``, ``model_utility_before``, ``delta_es``)."""
+    """Table 1's grid as a robustness/utility frontier: ΔES under the forget+retain attack against Model
+    Utility before it, a panel per weight precision, colour the model, marker the split."""
     plt, sns = _pyplot()
     precisions = list(dict.fromkeys(rows.weights))
     colour = colours(sns, rows.model)
@@ -186,14 +181,9 @@ def per_layer_frag(per_layer: pd.DataFrame) -> Any:
     return _finish(fig, colour, [], "Where each model's FRAG gap comes from, block by block")
 
 
-NOISE_PANELS = {"FRAG_x100": "FRAG gap (Eq. 5) x100", "l2_all": "global L2", "es": "forget ES before the attack",
-                "forget_retain_delta_es": "ΔES (forget+retain attack)"}
-
-
 def noise_controls(table: pd.DataFrame) -> Any:
-    """The direction-blind controls beside FRP (``table``: ``model`` and the columns of
-    :data:`NOISE_PANELS`): a panel per quantity, a bar per checkpoint with its value, so noise at
-    FRP's L2 reads against FRP in each."""
+    """The direction-blind controls beside FRP: a panel per quantity of :data:`NOISE_PANELS`, a bar per
+    checkpoint with its value, so noise at FRP's L2 reads against FRP in each."""
     plt, sns = _pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(7.0, 5.0))
     colour = dict(zip(table.model, sns.color_palette("tab10", n_colors=len(table))))

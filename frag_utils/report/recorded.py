@@ -6,8 +6,10 @@ import functools
 from typing import Iterable
 
 import pandas as pd
+import yaml
 
 from .. import parameters, paths, records, runs
+from .analysis import IMPORTANCE_SCORES
 
 # the faithful grid's parameter files: its models, their attacks, the seed repeats
 GRID_05, GRID_06, SEEDS_06 = "05_unlearn.table1.yaml", "06_attacks.table1.yaml", "06_attacks.table1_seeds.yaml"
@@ -184,8 +186,6 @@ class Records:
     @functools.cached_property
     def protocol(self) -> dict:
         """The grid's forget+retain attack (its attack file's first entry), less what names the model."""
-        import yaml
-
         protocol = yaml.safe_load((self.params_dir / self.grid_06).read_text())[0]
         return {k: v for k, v in protocol.items() if k not in ("unlearned_run", "forget_split", "attack_data")}
 
@@ -195,8 +195,6 @@ def scored_by_07(rec: Records, files: tuple[str, ...], chosen: pd.DataFrame,
     """``chosen`` (checkpoints, their 05 runs ``names``) with the forget-loss barrier and, per
     importance term, ``FRAG_x100:<term>`` and ``A_f_x100:<term>`` from the complete notebook-07 runs
     of ``files``, less the checkpoints none scored; and those runs."""
-    from .analysis import IMPORTANCE_SCORES
-
     found: dict[str, dict] = {}
     ablation_runs = []
     for spec in (s for f in files for s in rec.planned("07_ablations", f)):

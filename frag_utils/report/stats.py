@@ -4,6 +4,8 @@ Nothing here knows the paper: :mod:`frag_utils.report.analysis` applies them to 
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 from typing import Sequence
 
 import numpy as np
@@ -15,8 +17,6 @@ LEVEL = 0.95  # every interval's (a verdict says "with 95 % confidence")
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     """Spearman's rho (average ranks for ties); NaN when either side is constant or n < 3."""
     x, y = np.asarray(x, float), np.asarray(y, float)
-    if len(x) != len(y):
-        raise ValueError(f"x and y differ in length ({len(x)} and {len(y)}).")
     if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return float("nan")
     return float(stats.spearmanr(x, y).statistic)
@@ -171,9 +171,6 @@ def _permutations(n: int, n_perm: int, seed: int, strata: tuple[tuple[int, ...],
     """``(orders, exact)``: every reordering of ``n`` items (within each stratum, where given) when
     there are at most ``n_perm`` of them, else ``n_perm`` random ones (the observed order among them),
     as an ``[orders, n]`` array; drawn once for every predictor scored on the same checkpoints."""
-    import itertools
-    import math
-
     strata = [np.asarray(s) for s in strata] if strata else [np.arange(n)]
     count = math.prod(math.factorial(len(s)) for s in strata)
     if count <= n_perm:

@@ -12,6 +12,8 @@ SPLITS = ("forget01", "forget05", "forget10")
 ROW_COLUMNS = ("model", "method", "weights", "forget_split", "attack_data", "es_before", "es_after", "delta_es",
                "model_utility_before", "model_utility_after", "unlearned_run", "l2_all", "FRAG_x100", "A_f_x100",
                "A_r_x100", "optimizer_steps", "few_steps", "run")
+# below this much forgotten ES (target's − before), the share recovered is not defined: nothing to recover
+MIN_FORGOTTEN = 0.05
 
 
 def attack_rows(attack_records: Sequence[dict], method_by_run: dict[str, dict],
@@ -108,10 +110,6 @@ def seed_means(rows: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFrame:
     means = grouped[cols].agg(lambda v: v.mean(skipna=False)).reindex(at)  # a NaN seed makes the mean NaN
     counts = grouped.size().reindex(at)
     return rows.assign(**{c: means[c].to_numpy() for c in cols}, attack_seeds=counts.to_numpy())
-
-
-# below this much forgotten ES (target's − before), the share recovered is not defined: nothing to recover
-MIN_FORGOTTEN = 0.05
 
 
 def recovery(checkpoints: pd.DataFrame) -> pd.DataFrame:

@@ -1,6 +1,5 @@
-"""The attack variants (the paper's appendix attack tables, each one change of the grid's attack) on
-the checkpoints of ``scripts/plan_attack_variants.py``, the worst attack within a
-utility bound, and the paper's multiple-choice family."""
+"""The attack variants (the paper's appendix attack tables, each one change of the grid's attack) on the
+checkpoints of ``scripts/plan_attack_variants.py``, the worst within a utility bound, and multiple choice."""
 from __future__ import annotations
 
 import numpy as np
