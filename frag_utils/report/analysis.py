@@ -1,11 +1,8 @@
-"""Predictor analysis (paper §4, Table 3): how well does each attack-free score rank robustness?
-
-Robustness is measured by ΔES under the forget+retain attack (smaller is more robust). For each
-predictor (FRAG with gamma 1, FRAG with gamma 0 = ``A_f``, ``A_r``, the global L2) the Spearman
-rank correlation with ΔES is reported over *healthy* checkpoints, with a bootstrap confidence
-interval: the number of checkpoints is small, and the interval shows how little a single rho
-says. A predictor of robustness correlates *negatively* with ΔES.
-"""
+"""Predictor analysis (paper §4, Table 3): how well does each attack-free score rank robustness, ΔES under
+the forget+retain attack (smaller is more robust)? For each predictor (FRAG with gamma 1, FRAG with gamma 0
+= ``A_f``, ``A_r``, the global L2) the Spearman rank correlation with ΔES over *healthy* checkpoints, with a
+bootstrap interval: with few checkpoints it shows how little a single rho says. A predictor of robustness
+correlates *negatively* with ΔES. And the paper's claims, its Table 1 claim and the frontier's tables."""
 from __future__ import annotations
 
 import re
@@ -63,9 +60,8 @@ def predictor_table(df: pd.DataFrame, subsets: dict[str, pd.Series], predictors:
 
 
 def paper_table3_checkpoints(df: pd.DataFrame, main_runs: set[str]) -> pd.DataFrame:
-    """The checkpoints of the paper's Table 3: the rows of ``df`` (attacked checkpoints) of its methods
-    whose ``unlearned_run`` is one of ``main_runs`` (each method's main setting, on every split),
-    sorted by method and split; two for one method and split are refused (the main settings are ambiguous)."""
+    """The checkpoints of the paper's Table 3: the rows of ``df`` of its methods at their main setting
+    (``main_runs``), by method and split; two for one method and split are refused (ambiguous settings)."""
     chosen = df[df.method.isin(PAPER_TABLE3_METHODS) & df.unlearned_run.isin(main_runs)]
     twice = chosen.groupby(["method", "forget_split"]).size()
     if (twice > 1).any():
@@ -95,9 +91,8 @@ def _reference(file: str, columns: tuple[str, ...]) -> pd.DataFrame:
 
 
 def authors_table3() -> pd.DataFrame:
-    """The authors' Table 3 as their paper and repository give it (``data/reference/authors_table3.csv``):
-    per scale (``1B``, ``3B``, ``pooled``), subset (``all``, ``w/o FRP``), predictor (``l2``, ``frag_gap``,
-    ``cos_f``, ``cos_r``, ``frag_printed``) and source, ``rho`` and ``n``."""
+    """The authors' Table 3 as their paper and repository give it: ``rho`` and ``n`` per scale, subset,
+    predictor (``frag_printed``: the paper's printed FRAG column) and source."""
     return _reference("authors_table3.csv", AUTHORS_TABLE3)
 
 
@@ -110,9 +105,8 @@ def _authors_rho(scale: str, printed: bool = False) -> pd.Series:
 
 
 def table3_beside_authors(ours: pd.DataFrame) -> pd.DataFrame:
-    """:func:`paper_table3` with the authors' values beside each row: their recomputation per scale and
-    pooled (``authors_1B``, ``authors_3B``, ``authors_pooled``), and the pooled value the paper prints
-    (``paper_printed``; its FRAG column is cos F alone, so it stands in the FRAG row)."""
+    """:func:`paper_table3` with the authors' recomputation per scale beside each row, and the pooled value
+    the paper prints (``paper_printed``; its FRAG column is cos F alone, so it stands in the FRAG row)."""
     name = ours.predictor.map(AUTHORS_PREDICTOR)
     beside = {f"authors_{scale}": _authors_rho(scale) for scale in ("1B", "3B", "pooled")}
     beside["paper_printed"] = _authors_rho("pooled", printed=True).rename(index={"frag_printed": "frag_gap"})
@@ -316,9 +310,8 @@ def utility_without(parts: dict[str, float]) -> float:
 
 
 def healthy_by_rule(df: pd.DataFrame) -> pd.DataFrame:
-    """``df`` (one row per checkpoint) with ``forgets`` (forget ES at least :data:`MIN_FORGETTING` below
-    the target's) and, per rule of :data:`HEALTHY_RULES`, ``healthy_<rule>``: it forgets and its utility
-    by that rule is at least half the target's. Stated before any attack is looked at."""
+    """``df`` with ``forgets`` (:data:`MIN_FORGETTING`) and, per rule of :data:`HEALTHY_RULES`, ``healthy_<rule>``:
+    it forgets and keeps half the target's utility by that rule. Stated before any attack is looked at."""
     forgets = df.es <= df.target_es - MIN_FORGETTING
     return df.assign(forgets=forgets, healthy_paper=forgets & (df.model_utility >= 0.5 * df.target_model_utility),
                      healthy_parts=forgets & (df.utility_wo_fragile >= 0.5 * df.target_utility_wo_fragile))
@@ -376,9 +369,8 @@ def importance_columns(scored: pd.DataFrame) -> list[str]:
 
 
 def importance_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """A ρ table over ``<score>:<term>`` predictors, with the score, the term, what the term needs and
-    the paper's 1B ρ for the term (beside both scores: the paper calls it FRAG's, and its activation
-    value is the printed Table 3 FRAG, which the authors' recomputation finds to be cos(F, ΔW²))."""
+    """A ρ table over ``<score>:<term>`` predictors with the score, the term, what it needs and the paper's
+    1B ρ for it (beside both scores: its activation value is the printed Table 3 FRAG, i.e. cos(F, ΔW²))."""
     score, kind = table.predictor.str.split(":").str[0], table.predictor.str.split(":").str[1]
     return table.assign(score=score.map(IMPORTANCE_SCORES), importance=kind, requires=kind.map(IMPORTANCE_REQUIRES),
                         paper_1B=kind.map(PAPER_IMPORTANCE_RHO))
@@ -400,9 +392,8 @@ def lmc_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def detectable_rho(n: int, level: float = 0.95, power: float = 0.8) -> float:
-    """The smallest |ρ| that ``n`` independent checkpoints detect with ``power`` at two-sided
-    ``level`` (Fisher's z with Spearman's variance 1.06 / (n − 3)). A floor: checkpoints of a few
-    methods are not independent, so the design detects less."""
+    """The smallest |ρ| that ``n`` independent checkpoints detect (Fisher's z, Spearman's variance 1.06 / (n − 3)):
+    a floor, as checkpoints of a few methods are not independent."""
     if n < 4:
         return float("nan")
     z = (stats.norm.ppf(1 - (1 - level) / 2) + stats.norm.ppf(power)) * np.sqrt(1.06 / (n - 3))

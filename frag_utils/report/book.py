@@ -78,9 +78,8 @@ def short_verdict(text: Any) -> Any:
 
 
 def for_the_eye(df: pd.DataFrame, table: Table) -> tuple[pd.DataFrame, dict[str, str]]:
-    """The table as its Markdown shows it, and the formats of what is left: no run paths or
-    :data:`HIDDEN` columns, each interval in one cell (``+0.03 [-0.36, +0.58]``), at most
-    :data:`MAX_COLUMNS` columns (``table.shown`` says which where more are left). The CSV keeps all."""
+    """The table as its Markdown shows it, and the formats of what is left: no run paths or :data:`HIDDEN`
+    columns, each interval in one cell, at most :data:`MAX_COLUMNS` columns (``table.shown``)."""
     formats = dict(table.formats)
     out = df[[c for c in df.columns if not _is_run(df, c) and c not in HIDDEN]].copy()
     for prefix in ("", "within_"):
@@ -105,9 +104,8 @@ def for_the_eye(df: pd.DataFrame, table: Table) -> tuple[pd.DataFrame, dict[str,
 
 
 def write(out_dir: Path, prov: dict, built: dict[Table, Any]) -> list[str]:
-    """Write each non-empty table, then each figure, to ``out_dir`` with a provenance file naming
-    its source runs, and remove every other table or figure there (one that came out empty, or
-    that this code no longer makes). Returns the names written."""
+    """Write each non-empty table, then each figure, to ``out_dir`` with a provenance file naming its
+    source runs, remove every other one there (empty now, or no longer made); returns the names written."""
     written = []
     for table, obj in sorted(built.items(), key=lambda item: item[0].figure):
         if table.figure:

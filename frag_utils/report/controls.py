@@ -27,9 +27,8 @@ def _empty(*declared: Table) -> dict[Table, pd.DataFrame]:
 
 
 def ablations(rec) -> dict[Table, pd.DataFrame]:
-    """The paper's Tables 5-7 on forget10 in bf16, under the retain attack: FRP with λ (the paper's
-    beta), the sparsity or the scoring rule (rows in alphabetical order) varied around the grid's
-    FRP (P 0), which each holds."""
+    """The paper's Tables 5-7 on forget10 in bf16 under the retain attack: FRP's λ (the paper's beta), sparsity
+    or scoring rule varied around the grid's FRP (P 0), which each holds."""
     centre, found = rec.centre(), rec.methods_of_file(recorded.ABLATIONS_05)
     if centre is None or not found:
         return _empty(LAMBDA, SPARSITY_, SCORING)
@@ -58,8 +57,7 @@ def _noise(rec, centre: dict, found: list[dict]) -> pd.DataFrame:
 
 
 def _matched(rec, found: list[dict]) -> pd.DataFrame:
-    """Appendix C.4: FRP against SP at the same budget and at the same update norm, a row per pair, under
-    forget+retain."""
+    """Appendix C.4: FRP against SP at the same budget and at the same update norm, under forget+retain."""
     frp = {name(r): r for r in rec.methods_of_file(recorded.ABLATIONS_05) if made(r).get("variant") == "released"
            and params(r)["frp_lam"] == 0.05}
     pairs = []  # (kind, frp, sp)

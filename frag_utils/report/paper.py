@@ -42,8 +42,7 @@ EXTENDED_COLUMNS = ["weights", "model", "forget_split", "reason", "delta_es", "a
 
 
 def grid_rows(rec) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The grid's attacks (:func:`tables.attack_rows`, with the target's ES and Model Utility), and
-    the seed repeats."""
+    """The grid's attacks (with the target's ES and Model Utility) and the seed repeats."""
     found = rec.attacks_of_file(rec.grid_06)
     rows = tables.attack_rows(found, rec.method_by_run, short_label)
     rows = rows.assign(**{k: [row(rec.method_by_run[u])[k] for u in rows.unlearned_run]
@@ -156,9 +155,8 @@ def _keyed_in(df: pd.DataFrame, other: pd.DataFrame) -> list[bool]:
 
 
 def table1_claims(rec, rows: pd.DataFrame) -> pd.DataFrame:
-    """Table 1's claims (:func:`analysis.table1_claims`) in bf16, and in fp32 for the attacks recorded
-    in fp32, each attack at the mean over its seeds (Table 3's repeats, :data:`MARGIN_SEEDS_06`); a
-    margin inside the widest range of one checkpoint's seeds is not resolved; FRP's seeds counted."""
+    """Table 1's claims (:func:`analysis.table1_claims`) in bf16, and in fp32 for the attacks recorded in fp32,
+    each attack at the mean over its seeds (Table 3's repeats, :data:`MARGIN_SEEDS_06`), FRP's counted."""
     repeat_records, margin_records = rec.attacks_of_file(rec.seeds_06), rec.attacks_of_file(MARGIN_SEEDS_06)
     same_attack_but_the_seed([*repeat_records, *margin_records], rec.attacks_of_file(rec.grid_06))
     repeats = tables.attack_rows(repeat_records, rec.method_by_run, short_label)
@@ -195,8 +193,8 @@ def headline(book) -> pd.DataFrame:
 
 
 def build(book) -> dict[Table, object]:
-    """The chapter (after the frontier's: the headline reads its Table 3); keeps the grid's attacks
-    (``book.grid_rows``), Table 3 and its checkpoints (ΔES a list of seeds) for later chapters."""
+    """The chapter (after the frontier's, whose Table 3 the headline reads); keeps the grid's attacks, Table 3
+    and its checkpoints (ΔES a list of seeds) on the book for later chapters."""
     rec = book.records
     found = rec.methods_of_file(rec.grid_05)
     print(f"{len(found)} of {len(rec.planned('05_unlearn', rec.grid_05))} runs of {rec.grid_05} recorded")

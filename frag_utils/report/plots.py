@@ -52,8 +52,7 @@ def _mean(seeds: Any) -> float:
 
 
 def _finish(fig: Any, colour: dict, splits: Any, title: str) -> Any:
-    """The figure with one legend (a coloured marker per model, a grey marker per split) right of its
-    panels, and its title."""
+    """The figure with its title and one legend right of its panels (a colour per model, a marker per split)."""
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=c, marker="o", lw=1, markeredgecolor="black", markeredgewidth=0.4, label=m)
@@ -67,8 +66,7 @@ def _finish(fig: Any, colour: dict, splits: Any, title: str) -> Any:
 
 
 def _points(ax: Any, pts: pd.DataFrame, x: str, y: str, colour: dict, join: str | None) -> None:
-    """A marker per checkpoint (colour the model, shape the split); with ``join``, the checkpoints of
-    one model and split joined in that column's order, so a method's direction shows."""
+    """A marker per checkpoint; with ``join``, one model's checkpoints on a split joined in that column's order."""
     for (label, split), g in pts.groupby(["model", "forget_split"], sort=False):
         if join and len(g) > 1:
             g = g.sort_values(join)
@@ -78,8 +76,7 @@ def _points(ax: Any, pts: pd.DataFrame, x: str, y: str, colour: dict, join: str 
 
 
 def _x_axis(ax: Any, values: pd.Series, name: str) -> None:
-    """Label the x axis; a log scale where the values are positive and span more than 30x (the dense
-    methods' updates are a hundred times smaller than the pruners')."""
+    """Label the x axis, in log scale where positive values span over 30x (dense updates are 100x smaller)."""
     if len(values) and (values > 0).all() and values.max() / values.min() > 30:
         ax.set_xscale("log")
         name += " (log scale)"
@@ -145,8 +142,7 @@ def frontier_by_precision(rows: pd.DataFrame, threshold: float = 0.10) -> Any:
     plt, sns = _pyplot()
     precisions = list(dict.fromkeys(rows.weights))
     colour = colours(sns, rows.model)
-    fig, axes = plt.subplots(1, len(precisions), figsize=(4.0 * len(precisions) + 1.4, 3.6), squeeze=False,
-                             sharey=True)
+    fig, axes = plt.subplots(1, len(precisions), figsize=(4.0 * len(precisions) + 1.4, 3.6), squeeze=False, sharey=True)
     for ax, weights in zip(axes[0], precisions):
         _points(ax, rows[rows.weights.eq(weights)], "model_utility_before", "delta_es", colour, join=None)
         ax.axhline(threshold, color="grey", ls=":", lw=1)
@@ -163,9 +159,8 @@ def per_layer_frag(per_layer: pd.DataFrame) -> Any:
     per model, the dense methods and the pruners in two panels (their scales differ a hundredfold)."""
     plt, sns = _pyplot()
     colour = colours(sns, per_layer.model)
-    share = per_layer.contribution_x100 / per_layer.groupby("model").contribution_x100.transform(
-        lambda v: v.abs().sum())
-    data = per_layer.assign(share=share)
+    total = per_layer.groupby("model").contribution_x100.transform(lambda v: v.abs().sum())
+    data = per_layer.assign(share=per_layer.contribution_x100 / total)
     pruned = data.model.str.startswith(("FRP", "SP"))
     groups = [(title, part) for title, part in (("dense methods and gold", data[~pruned]), ("pruning", data[pruned]))
               if len(part)]

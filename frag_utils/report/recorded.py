@@ -42,8 +42,8 @@ MODEL_COLUMNS = ["model", "method", "weights", "forget_split", "es", "es_retain"
 
 
 def complete_runs(notebook: str, profile: str) -> list[dict]:
-    """Every run of ``notebook`` made with ``profile`` complete by the runner's rule (against its own
-    parameters), in name order, each with its ``run`` (``<notebook>/<run folder>``)."""
+    """Every run of ``notebook`` made with ``profile`` complete by the runner's rule, in name order, each with
+    its ``run`` (``<notebook>/<run folder>``)."""
     nb = parameters.resolve_notebook(notebook)
     found = []
     for file in sorted((paths.RUNS_DIR / notebook).glob("*/" + paths.RESULTS_FILE)):
@@ -192,9 +192,8 @@ class Records:
 
 def scored_by_07(rec: Records, files: tuple[str, ...], chosen: pd.DataFrame,
                  names: list[str]) -> tuple[pd.DataFrame, list[str]]:
-    """``chosen`` (checkpoints, their 05 runs ``names``) with the forget-loss barrier and, per
-    importance term, ``FRAG_x100:<term>`` and ``A_f_x100:<term>`` from the complete notebook-07 runs
-    of ``files``, less the checkpoints none scored; and those runs."""
+    """``chosen`` (checkpoints, their 05 runs ``names``) with the barrier and each ``<score>:<term>`` of the
+    complete notebook-07 runs of ``files``, less the checkpoints none scored; and those runs."""
     found: dict[str, dict] = {}
     ablation_runs = []
     for spec in (s for f in files for s in rec.planned("07_ablations", f)):

@@ -75,9 +75,8 @@ def _draws(counts: tuple[int, ...], n_boot: int, seed: int, groups: tuple | None
 
 
 def _rows_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Spearman's ρ of each row of ``x`` with the same row of ``y`` (``[rows, n]``; a 1-D ``x`` is
-    every row's), as :func:`spearman` gives it row by row (average ranks for ties; NaN for a
-    constant row or n < 3), in one pass."""
+    """Spearman's ρ of each row of ``x`` with the same row of ``y`` (``[rows, n]``; a 1-D ``x`` is every
+    row's) in one pass, as :func:`spearman` gives it row by row."""
     x = np.broadcast_to(x, y.shape)
     if x.shape[1] < 3:
         return np.full(len(x), np.nan)
@@ -89,9 +88,8 @@ def _rows_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _resampled(runs: list, n_boot: int, seed: int, groups: Sequence | None) -> tuple:
-    """The resamples of :func:`_draws` for these checkpoints: per resample its drawn checkpoints,
-    their seed means (each the sum of its drawn seeds in ascending order over their number, so that
-    equal seeds are an equal mean), and its strata."""
+    """The resamples of :func:`_draws` for these checkpoints: the drawn checkpoints, their seed means (a sum
+    in ascending order, so that equal seeds are an equal mean) and the strata."""
     if n_boot < 1 or not isinstance(seed, (int, np.integer)):
         raise ValueError(f"n_boot must be >= 1 and seed an integer (the resamples are drawn once per seed); "
                          f"got {n_boot}, {seed!r}.")
@@ -132,11 +130,10 @@ def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]],
     """Spearman's rho with a percentile bootstrap interval over resampled checkpoints.
 
     ``y[i]`` is one number, or checkpoint ``i``'s numbers under several attack seeds: ρ is against their
-    mean, and the resamples (:func:`_draws`) draw checkpoints, then each one's seeds, so the interval
-    carries the seed noise too (one seed each: the plain pairs bootstrap); with ``groups`` (each
-    checkpoint's method) they draw methods first, as checkpoints of one method are not independent.
-    Checkpoints with a non-finite ``x`` or no finite seed are dropped first (``n_dropped``), and so
-    are non-finite seeds; resamples with a constant side have no ρ (``n_degenerate``).
+    mean, and the resamples (:func:`_draws`: methods first with ``groups``, as checkpoints of one method
+    are not independent; then checkpoints; then seeds) carry the seed noise too. Checkpoints with a
+    non-finite ``x`` or no finite seed are dropped first (``n_dropped``), as are non-finite seeds;
+    resamples with a constant side have no ρ (``n_degenerate``).
 
     Returns:
         ``{"rho", "low", "high", "n", "n_groups", "n_seeds", "n_boot", "n_degenerate", "n_dropped"}``
@@ -154,10 +151,9 @@ def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]],
 
 def bootstrap_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequence[float | Sequence[float]],
                            n_boot: int = 2000, seed: int = 0, groups: Sequence | None = None) -> dict:
-    """ρ(x_b, ΔES) − ρ(x_a, ΔES) with a percentile interval from paired resamples (those of
-    :func:`bootstrap_spearman` for both), over the checkpoints both are finite on: whether one predictor
-    ranks robustness better than another, which two separate intervals cannot say. Returns
-    ``{"gap", "low", "high", "n", "n_degenerate", "n_dropped"}``."""
+    """ρ(x_b, ΔES) − ρ(x_a, ΔES) with a percentile interval from the resamples of :func:`bootstrap_spearman`,
+    paired: whether one predictor ranks robustness better than another, which two separate intervals cannot
+    say. Returns ``{"gap", "low", "high", "n", "n_degenerate", "n_dropped"}``."""
     (a, b), runs, n_dropped, groups = _clean([x_a, x_b], y, groups)
     means = [v.mean() for v in runs]
     gap = spearman(b, means) - spearman(a, means)
@@ -168,9 +164,8 @@ def bootstrap_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequen
 
 @functools.lru_cache(maxsize=32)
 def _permutations(n: int, n_perm: int, seed: int, strata: tuple[tuple[int, ...], ...] | None = None):
-    """``(orders, exact)``: every reordering of ``n`` items (within each stratum, where given) when
-    there are at most ``n_perm`` of them, else ``n_perm`` random ones (the observed order among them),
-    as an ``[orders, n]`` array; drawn once for every predictor scored on the same checkpoints."""
+    """``(orders, exact)``: every reordering of ``n`` items (within each stratum) where there are at most
+    ``n_perm``, else ``n_perm`` random ones, as ``[orders, n]``; drawn once for every predictor."""
     strata = [np.asarray(s) for s in strata] if strata else [np.arange(n)]
     count = math.prod(math.factorial(len(s)) for s in strata)
     if count <= n_perm:
@@ -190,9 +185,8 @@ def _permutations(n: int, n_perm: int, seed: int, strata: tuple[tuple[int, ...],
 
 
 def _stratified(x: np.ndarray, ys: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
-    """The within-group ρ of ``x`` with each row of ``ys`` (``[rows, n]``; a 1-D ``ys`` is one row),
-    averaged over groups weighted by their sizes; groups of fewer than 3 checkpoints or constant on
-    either side carry no ρ and are left out (NaN where none is left)."""
+    """The within-group ρ of ``x`` with each row of ``ys`` (``[rows, n]``), averaged over the groups weighted
+    by their sizes; a group of fewer than 3 or constant on a side has no ρ and is left out."""
     ys = np.atleast_2d(ys)
     total, weight = np.zeros(len(ys)), np.zeros(len(ys))
     for g in groups:
@@ -207,9 +201,8 @@ def _stratified(x: np.ndarray, ys: np.ndarray, groups: list[np.ndarray]) -> np.n
 
 
 def _p_value(observed: float, null: Sequence[float], exact: bool) -> float:
-    """Two-sided: the share of the null at least as far from 0 as ``observed`` (for random
-    reorderings, (k + 1) / (N + 1), counting the observed order once). A tiny tolerance keeps
-    ties of floating-point rank sums from being lost."""
+    """Two-sided: the share of the null at least as far from 0 as ``observed`` ((k + 1) / (N + 1) for random
+    reorderings); a tiny tolerance keeps ties of floating-point rank sums."""
     null = np.abs(np.asarray(null, float)[~np.isnan(null)])
     k = int((null >= abs(observed) - 1e-12).sum())
     return k / len(null) if exact else (k + 1) / (len(null) + 1)
@@ -217,13 +210,11 @@ def _p_value(observed: float, null: Sequence[float], exact: bool) -> float:
 
 def permutation_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], n_perm: int = 20000,
                          seed: int = 0, strata: Sequence | None = None) -> dict:
-    """Two-sided permutation p-value of Spearman's ρ(x, y) (``y`` per checkpoint, or a list of
-    seeds averaged), by every reordering of ``y`` where there are at most ``n_perm`` (exact), else
-    ``n_perm`` random ones; with ``strata`` (each checkpoint's method) only within a method, the null
-    of :func:`stratified_spearman`. Reordering across every checkpoint takes them as exchangeable,
+    """Two-sided permutation p-value of Spearman's ρ(x, y) (``y`` a list of seeds averaged) over the
+    reorderings of :func:`_permutations`; with ``strata`` (each checkpoint's method) only within a method,
+    the null of :func:`stratified_spearman`. Reordering across every checkpoint takes them as exchangeable,
     which checkpoints of one method are not: read a pooled p-value beside the interval that resamples
-    methods, not in its place. Returns ``{"rho", "p", "n", "n_perm", "exact"}`` (``rho``: stratified
-    with ``strata``)."""
+    methods, not in its place. Returns ``{"rho", "p", "n", "n_perm", "exact"}``."""
     (x,), runs, _, strata = _clean([x], y, strata)
     ys = np.array([v.mean() for v in runs])
     groups = None if strata is None else [np.flatnonzero(np.asarray(strata) == g) for g in dict.fromkeys(strata)]
@@ -238,10 +229,9 @@ def permutation_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]
 
 def _within_draws(x: np.ndarray, yb: np.ndarray, sizes: np.ndarray, idx: np.ndarray, parts: list,
                   cell: np.ndarray) -> np.ndarray:
-    """The stratified ρ of every resample at once: :func:`_stratified` of each resample's drawn
-    checkpoints, its strata each drawn method's checkpoints of one cell (in the order the method
-    drew them, the cells in order of first appearance), as the loop over resamples gives it, bit
-    for bit: the strata's ρ scored together by size, then summed per resample in the same order."""
+    """:func:`_stratified` of every resample at once (its strata each drawn method's checkpoints of one cell,
+    in drawing order), bit for bit as the loop over resamples: the strata's ρ scored together by size,
+    then summed per resample in the same order."""
     n_boot = len(sizes)
     draw = np.repeat(np.arange(n_boot), sizes)
     # each drawn method is a run of consecutive positions: number them over all resamples
@@ -274,13 +264,11 @@ def _within_draws(x: np.ndarray, yb: np.ndarray, sizes: np.ndarray, idx: np.ndar
 def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], groups: Sequence,
                         n_boot: int = 2000, seed: int = 0, cells: Sequence | None = None) -> dict:
     """The within-method rank correlation: Spearman's ρ of ``x`` with ``y`` among the checkpoints of
-    each method (its strengths), averaged over methods weighted by their checkpoints. It asks
-    whether, within one method, the stronger updates that a predictor scores higher recover less;
-    differences between methods do not enter it, so it is where more checkpoints per method buy
-    power (the pooled ρ's interval stays wide with few methods however many checkpoints each has).
-    The interval resamples as :func:`_draws`. With ``cells`` (finer labels: the method on one forget
-    split, as ΔES on two forget sets are not one scale) the ρ is taken within each cell, while the
-    interval still draws methods whole.
+    each method (its strengths), averaged over methods weighted by their checkpoints. Differences
+    between methods do not enter it, so it is where more checkpoints per method buy power (the pooled
+    ρ's interval stays wide with few methods however many checkpoints each has). With ``cells`` (the
+    method on one forget split, as ΔES on two forget sets are not one scale) the ρ is taken within
+    each cell, while the interval (:func:`_draws`) still draws methods whole.
 
     Returns:
         ``{"rho", "low", "high", "n", "n_groups", "per_group": {cell: (rho, n)}, "n_degenerate"}``;

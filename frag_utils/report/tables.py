@@ -18,8 +18,7 @@ MIN_FORGOTTEN = 0.05
 
 def attack_rows(attack_records: Sequence[dict], method_by_run: dict[str, dict],
                 label: Callable[[dict], str]) -> pd.DataFrame:
-    """One row per attack record whose notebook-05 run is known (``method_by_run``: run name to
-    record); ``label(record_05)`` names the model."""
+    """One row per attack record whose notebook-05 run is known; ``label(record_05)`` names the model."""
     rows = []
     for r in attack_records:
         row = r["results"]["row"]
@@ -49,7 +48,6 @@ def table1(rows: pd.DataFrame) -> pd.DataFrame:
         unlearned = g.drop_duplicates("forget_split").set_index("forget_split").reindex(list(SPLITS))
         row["es_before"] = mean_if_complete(unlearned.es_before, len(SPLITS))
         row["mu_before"] = mean_if_complete(unlearned.model_utility_before, len(SPLITS))
-        deltas = []
         for attack in ATTACKS:
             hit = g[g.attack_data == attack].set_index("forget_split")
             if hit.index.duplicated().any():
@@ -58,19 +56,16 @@ def table1(rows: pd.DataFrame) -> pd.DataFrame:
             row[f"{attack}_es"] = mean_if_complete(hit.es_after, len(SPLITS))
             row[f"{attack}_delta_es"] = mean_if_complete(hit.delta_es, len(SPLITS))
             row[f"{attack}_mu"] = mean_if_complete(hit.model_utility_after, len(SPLITS))
-            deltas.append(row[f"{attack}_delta_es"])
-        row["avg_delta_es"] = mean_if_complete(pd.Series(deltas, dtype=float), len(ATTACKS))
+        deltas = pd.Series([row[f"{attack}_delta_es"] for attack in ATTACKS], dtype=float)
+        row["avg_delta_es"] = mean_if_complete(deltas, len(ATTACKS))
         row["_order"] = order[model]
         out.append(row)
-    table = pd.DataFrame(out)
-    if not len(table):
-        return table
-    return table.sort_values(["weights", "_order"], kind="stable").drop(columns="_order").reset_index(drop=True)
+    table = pd.DataFrame(out).sort_values(["weights", "_order"], kind="stable")
+    return table.drop(columns="_order").reset_index(drop=True)
 
 
 def table1_per_split(rows: pd.DataFrame) -> pd.DataFrame:
-    """Table 1 per split: per precision, split and model, the forget ES before and ΔES under each
-    attack (NaN where not recorded), beside the split's own gold model (a row like the others)."""
+    """Table 1 per split: per precision, split and model (gold too), the forget ES before and ΔES per attack."""
     if not len(rows):
         return pd.DataFrame()
     order = {m: i for i, m in enumerate(dict.fromkeys(rows.model))}
@@ -90,9 +85,8 @@ def table1_per_split(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def with_seed_repeats(chosen: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFrame:
-    """``chosen`` (one attacked checkpoint a row) with ``delta_es`` made the list of every ΔES
-    measured on that checkpoint: its own and those of ``repeats`` (the same attack at other seeds,
-    matched by ``unlearned_run`` and ``attack_data``), and ``attack_seeds`` their number. What
+    """``chosen`` (one attacked checkpoint a row) with ``delta_es`` the list of every ΔES measured on it, its
+    own and those of ``repeats`` (the same attack at other seeds), and ``attack_seeds`` their number: what
     :func:`frag_utils.report.stats.bootstrap_spearman` takes to carry the seed noise into an interval."""
     extra = repeats.groupby(["unlearned_run", "attack_data"]).delta_es.apply(list).to_dict()
     lists = [[d, *extra.get((u, a), [])] for d, u, a in zip(chosen.delta_es, chosen.unlearned_run, chosen.attack_data)]
@@ -100,9 +94,8 @@ def with_seed_repeats(chosen: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFra
 
 
 def seed_means(rows: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFrame:
-    """``rows`` (one attack a row) with the forget ES after, ΔES and Model Utility after each attack
-    the means over its seeds: its own and those of ``repeats`` (the same attack at other seeds,
-    matched by ``unlearned_run`` and ``attack_data``), and ``attack_seeds`` their number."""
+    """``rows`` (one attack a row) with the forget ES, ΔES and Model Utility after it the means over its
+    seeds, its own and those of ``repeats`` (the same attack at other seeds), and ``attack_seeds``."""
     key, cols = ["unlearned_run", "attack_data"], ["es_after", "delta_es", "model_utility_after"]
     both = pd.concat([rows[key + cols], repeats[key + cols]]) if len(repeats) else rows[key + cols]
     grouped = both.groupby(key)

@@ -33,9 +33,8 @@ def target_seeds(rec) -> pd.DataFrame:
 
 
 def second_target(rec, checkpoints: pd.DataFrame) -> pd.DataFrame:
-    """Per forget10 Table 3 checkpoint in bf16, its twin from the seed-43 target attacked at seed 42:
-    the target's forget ES, ΔES and the predictors on each, the shift, and the seed-42 checkpoint's
-    range of ΔES over its attack seeds beside it."""
+    """Per forget10 Table 3 checkpoint in bf16, its twin from the seed-43 target attacked at seed 42: ΔES, the
+    predictors and the target's forget ES on each, the shift, and the first's ΔES range over its seeds."""
     attacks = tables.attack_rows(rec.attacks_of_file(SECOND_TARGET_06), rec.method_by_run, short_label)
     if not len(checkpoints) or not len(attacks):
         return sourced(pd.DataFrame(), [])
