@@ -43,9 +43,8 @@ def healthy(df: pd.DataFrame, min_utility_fraction: float = 0.5) -> tuple[pd.Dat
 def predictor_table(df: pd.DataFrame, subsets: dict[str, pd.Series], predictors: Sequence[str],
                     n_boot: int = 2000) -> pd.DataFrame:
     """Spearman ρ of each predictor with ``delta_es`` (a list of seeds each) per subset (name -> mask over
-    ``df``): ``n`` checkpoints, ``methods``, ``attacks`` (runs), ``rho, low, high`` (:func:`bootstrap_spearman`
-    over the :data:`GROUP_BY` methods, their checkpoints and seeds), ``p_perm`` (:func:`permutation_spearman`,
-    across checkpoints) and ``degenerate_resamples`` (resamples without a ρ, left out of the interval)."""
+    ``df``), its interval over the :data:`GROUP_BY` methods, their checkpoints and seeds (:func:`bootstrap_spearman`)
+    and its p-value across checkpoints (:func:`permutation_spearman`)."""
     rows = []
     for name, mask in subsets.items():
         part = df[mask]
@@ -97,8 +96,7 @@ def authors_table3() -> pd.DataFrame:
 
 
 def _authors_rho(scale: str, printed: bool = False) -> pd.Series:
-    """The authors' ρ at ``scale`` by (subset, predictor): printed in the paper, or their recomputation
-    from their checkpoints (its first source)."""
+    """The authors' ρ at ``scale`` by (subset, predictor): printed in the paper, or recomputed (first source)."""
     t = authors_table3()
     t = t[t.scale.eq(scale) & t.source.str.startswith("paper").eq(printed)]
     return t.drop_duplicates(["subset", "predictor"]).set_index(["subset", "predictor"]).rho
@@ -146,11 +144,10 @@ def _l2_verdict(part: pd.DataFrame, frag: pd.Series | None, low: float, n_boot: 
 
 def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16", n_boot: int = 2000) -> pd.DataFrame:
     """The paper's Table 3 claims one per row, from this repository's Table 3 of one precision and its
-    checkpoints (:mod:`frag_utils.report.paper`'s ``table3_by_precision``, ``delta_es`` a list of seeds
-    each): the paper's value at 1B, the authors' recomputation at 1B, this repository's ρ with its
-    interval, and a verdict read off the interval alone, none before every checkpoint of
-    :data:`PLANNED_CHECKPOINTS` is recorded. The FRAG rows are the Eq. 5 gap (the printed FRAG column is
-    cos(F, ΔW²) alone: its own row); an L2 row asks whether L2 ranks robustness worse (:func:`_l2_verdict`)."""
+    checkpoints: the paper's and the authors' recomputed value at 1B, this repository's ρ with its interval,
+    and a verdict read off the interval alone, none before every checkpoint of :data:`PLANNED_CHECKPOINTS`
+    is recorded. The FRAG rows are the Eq. 5 gap (the printed FRAG column is cos(F, ΔW²) alone: its own
+    row); an L2 row asks whether L2 ranks robustness worse (:func:`_l2_verdict`)."""
     printed, recomputed = _authors_rho("1B", printed=True), _authors_rho("1B")
     ours = table3[table3.weights.eq(weights)].set_index(["subset", "predictor"]) if len(table3) else None
     cps = checkpoints[checkpoints.weights.eq(weights)] if len(checkpoints) else checkpoints
@@ -236,15 +233,13 @@ def _lowest(values: pd.Series, frp: float) -> tuple[str, bool]:
 
 def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: str = "bf16",
                   min_utility_fraction: float = 0.5, seed_spread: float = float("nan")) -> pd.DataFrame:
-    """The paper's Table 1 claim, "FRP achieves the lowest post-attack ES/ΔES", one row per attack:
-    FRP (P 0) against the lowest of the baselines (GA, GradDiff, NPO, RMU, SP), forget ES after the
-    attack and ΔES, in the paper at 1B (bf16) and here (``table1``'s rows of ``weights``:
-    :func:`frag_utils.report.tables.table1`, each attack at the mean over its few seeds, so no
-    interval), and a verdict read off the numbers. By the paper's premise that "a utility-collapsed
-    model is not meaningfully robust", the verdict names the compared models whose Model Utility before
-    any attack is below ``min_utility_fraction`` of the target's (FRP among them: its low ES is not
-    robustness), and calls a margin smaller than ``seed_spread`` (the widest range of ΔES over one
-    checkpoint's attack seeds: conservative, as means over a few seeds move less) not resolved."""
+    """The paper's Table 1 claim, "FRP achieves the lowest post-attack ES/ΔES", one row per attack: FRP (P 0)
+    against the lowest baseline, forget ES after the attack and ΔES, in the paper at 1B and here (``table1``'s
+    rows of ``weights``, each attack at the mean over its few seeds, so no interval), with a verdict read off
+    the numbers. By the paper's premise that "a utility-collapsed model is not meaningfully robust", the
+    verdict names the compared models whose Model Utility before any attack is below ``min_utility_fraction``
+    of the target's, and calls a margin under ``seed_spread`` (the widest range of ΔES over one checkpoint's
+    seeds: conservative, as means over a few seeds move less) not resolved."""
     paper = paper_table1()
     ours = table1[table1.weights.eq(weights) & table1.model.isin(list(TABLE1_KEYS))] if len(table1) else table1
     ours = ours.set_index(ours.model.map(TABLE1_KEYS)) if len(ours) else ours
@@ -328,10 +323,9 @@ def frontier_subsets(df: pd.DataFrame) -> dict[str, pd.Series]:
 
 def frontier_table3(df: pd.DataFrame, predictors: Sequence[str] = PAPER_TABLE3_PREDICTORS,
                     n_boot: int = 2000) -> pd.DataFrame:
-    """Table 3 on attacked checkpoints: per subset of :func:`frontier_subsets` with four checkpoints, and
-    predictor, the pooled ρ (:func:`predictor_table`) and the within-method ρ (:func:`stratified_spearman`,
-    within each method on each forget split: ``within_strata`` of them have a ρ) with its interval and its
-    p-value from reorderings within those strata."""
+    """Table 3 per subset of :func:`frontier_subsets` with four checkpoints and predictor: the pooled ρ
+    (:func:`predictor_table`) and the within-method ρ (:func:`stratified_spearman`, within each method on each
+    split: ``within_strata`` have one) with its interval and its p-value from reorderings within strata."""
     rows = []
     for name, mask in frontier_subsets(df).items():
         part = df[mask]
@@ -414,10 +408,9 @@ def utility_bands(df: pd.DataFrame, edges: Sequence[float] = (0.5, 0.75, 1.0, np
 
 
 def headline(table3: pd.DataFrame, subset: str = "all") -> pd.DataFrame:
-    """The README's one short table: per predictor of Table 3 over ``subset`` (:func:`table3_beside_authors`
-    rows), what the paper prints at 1B (its FRAG column, cos F, in the FRAG row as the paper names it), the
-    authors' recomputation at 1B, this repository's ρ with its interval, and the checkpoints and methods
-    behind it; a value the paper does not print is a dash."""
+    """The README's one short table: per predictor of Table 3 over ``subset``, what the paper prints at 1B (its
+    FRAG column, cos F, in the FRAG row as the paper names it), the authors' recomputation at 1B, this
+    repository's ρ with its interval and the checkpoints and methods behind it; a dash where none is printed."""
     def signed(v: float) -> str:
         return "—" if pd.isna(v) else f"{v:+.2f}"
 

@@ -1,7 +1,6 @@
-"""Notebook 09 in one object. Each table or figure is declared once (:class:`Table`) beside the
-function that builds it, in one module per family (``DECLARED`` and ``build(book)``, which may read
-what an earlier chapter kept on the book); each carries the runs it was built from (:func:`sourced`)
-to its provenance file; :class:`Book` reads the records once and builds a family per call."""
+"""Notebook 09 in one object: each family module declares its tables (``DECLARED``) and builds them
+(``build(book)``, which may read what an earlier chapter kept on the book), each carrying the runs it was built
+from (:func:`sourced`) to its provenance file; :class:`Book` reads the records once, builds a family per call."""
 from __future__ import annotations
 
 import re
@@ -67,8 +66,7 @@ def _is_run(df: pd.DataFrame, column: str) -> bool:
 
 
 def short_verdict(text: Any) -> Any:
-    """A verdict as a table shows it: each clause without its parenthesis, and cut at its first colon
-    where it is long; the CSV keeps every word."""
+    """A verdict as a table shows it: no parentheses, a long clause cut at its first colon (the CSV keeps all)."""
     if not isinstance(text, str):
         return text
     clauses = [re.sub(r" \([^()]*(\([^()]*\)[^()]*)*\)", "", c).strip() for c in text.split("; ")]
@@ -154,8 +152,7 @@ class Book:
               f"{self.records.stale or 'none'}")
 
     def chapter(self, family: Any, display: bool = True) -> dict[str, Any]:
-        """Build one family, keep it for writing, show each table (a figure shows as the cell ends);
-        returns them by name (a figure as ``<name>.png``)."""
+        """Build one family and keep it for writing, show each table; returns them by name (a figure ``<name>.png``)."""
         built = family.build(self)
         if set(built) - set(family.DECLARED):
             raise ValueError(f"{family.__name__} built tables it does not declare: {set(built) - set(family.DECLARED)}")

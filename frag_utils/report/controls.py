@@ -1,6 +1,5 @@
-"""The controls and ablations the claims rest on: noise and matched controls, the FRP ablations
-(the paper's Tables 5-7), notebook 07 on Table 3's checkpoints, the attack's precision. Each stays
-empty until a run of its own is recorded."""
+"""The controls and ablations the claims rest on: noise and matched controls, the FRP ablations (Tables 5-7),
+notebook 07 on Table 3's checkpoints, the attack's precision; each empty until a run of its own is recorded."""
 from __future__ import annotations
 
 import pandas as pd
@@ -91,10 +90,9 @@ def controls(rec) -> dict[Table, pd.DataFrame]:
 
 
 def attack_precision(rec) -> pd.DataFrame:
-    """The bf16 set's models under the grid's forget+retain attack with the weights in bf16 (as unlearned;
-    every seed of Table 3's repeats too) and in fp32 (:data:`recorded.ATTACK_PRECISION_06`), beside the
-    fp32 set's model under its own attack, per split and method, then each method's mean over the splits
-    (blank until all three are recorded)."""
+    """The bf16 set's models under the grid's forget+retain attack in bf16 (every seed of Table 3's repeats too)
+    and in fp32 (:data:`recorded.ATTACK_PRECISION_06`), beside the fp32 set's model under its own attack, per
+    split and method, then each method's mean over the splits (blank until all three are recorded)."""
     models = [r for r in rec.methods_of_file(rec.grid_05) if row(r)["method"] in (*recorded.DENSE, "sp", "frp")
               and params(r).get("weights") == "bf16"]
     in_fp32 = rec.attacked(models, "forget_retain", recorded.ATTACK_PRECISION_06)

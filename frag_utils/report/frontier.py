@@ -1,6 +1,5 @@
-"""The healthy frontier (``05_unlearn.frontier.yaml``): every method at several strengths; which
-checkpoints forget and stay healthy, read from the unlearning records alone; Table 3 over the
-attacked healthy ones per healthy rule; ΔES at matched utility; notebook 07 on them."""
+"""The healthy frontier: every method at several strengths; which checkpoints forget and stay healthy (from the
+unlearning records alone); Table 3 over the attacked ones per healthy rule; ΔES at matched utility; notebook 07."""
 from __future__ import annotations
 
 import pandas as pd
@@ -101,10 +100,9 @@ def ablations(rec, either: pd.DataFrame, n_boot: int) -> dict[Table, pd.DataFram
 
 
 def verdict(t3: pd.DataFrame, recovered: pd.DataFrame, rule: str = "paper") -> str:
-    """The README's answer in at most three sentences, from the pooled ρ over every healthy checkpoint
-    by ``rule`` (``t3``: ΔES, ``recovered``: the share recovered, post hoc): whether FRAG's gap ranks
-    ΔES, beside global L2, with n and the smallest ρ n detects; then every pooled interval that
-    excludes 0, whichever its sign; then within a method, where strengths add power."""
+    """The README's answer in three sentences, from the pooled ρ over the healthy checkpoints by ``rule``: whether
+    FRAG's gap ranks ΔES, beside global L2, with n and the smallest ρ n detects; every pooled interval (of ΔES
+    or, post hoc, the share recovered) that excludes 0; then within a method, where strengths add power."""
     def _ci(r) -> str:
         return interval(r.rho, r.low, r.high)
 

@@ -1,8 +1,7 @@
-"""The figures notebook 09 draws, each a matplotlib figure from one of its tables only (the notebook shows
-it inline and :func:`frag_utils.records.write_figure` saves it as PNG). The Agg backend is used when no other
-was chosen, so nothing here opens a window; layouts are fixed, so a figure's bytes depend on its table only.
-Every figure has one legend, no per-point text, at most 2 x 2 panels, the same colour for a model in every
-figure, and a title that says what to look at."""
+"""Notebook 09's figures, each a matplotlib figure of one of its tables only. The Agg backend is used when no
+other was chosen, so nothing here opens a window; layouts are fixed, so a figure's bytes depend on its table
+only. Every figure has one legend, no per-point text, at most 2 x 2 panels, the same colour for a model in
+every figure, and a title that says what to look at."""
 from __future__ import annotations
 
 from typing import Any
@@ -154,9 +153,8 @@ def frontier_by_precision(rows: pd.DataFrame, threshold: float = 0.10) -> Any:
 
 
 def per_layer_frag(per_layer: pd.DataFrame) -> Any:
-    """Where FRAG's gap comes from: each model's contribution per decoder block as a share of the
-    sum of its blocks' absolute contributions (``model``, ``block``, ``contribution_x100``), a line
-    per model, the dense methods and the pruners in two panels (their scales differ a hundredfold)."""
+    """Where FRAG's gap comes from: a line per model, its blocks' contributions as shares of their absolute sum,
+    the dense methods and the pruners in two panels (their scales differ a hundredfold)."""
     plt, sns = _pyplot()
     colour = colours(sns, per_layer.model)
     total = per_layer.groupby("model").contribution_x100.transform(lambda v: v.abs().sum())

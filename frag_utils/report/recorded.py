@@ -42,8 +42,7 @@ MODEL_COLUMNS = ["model", "method", "weights", "forget_split", "es", "es_retain"
 
 
 def complete_runs(notebook: str, profile: str) -> list[dict]:
-    """Every run of ``notebook`` made with ``profile`` complete by the runner's rule, in name order, each with
-    its ``run`` (``<notebook>/<run folder>``)."""
+    """Every complete run (by the runner's rule) of ``notebook`` with ``profile``, by name, with its ``run``."""
     nb = parameters.resolve_notebook(notebook)
     found = []
     for file in sorted((paths.RUNS_DIR / notebook).glob("*/" + paths.RESULTS_FILE)):
@@ -71,8 +70,7 @@ def made(record: dict) -> dict:
 
 
 def short_label(record: dict) -> str:
-    """The paper's name of a notebook-05 record's method (FRP with its veto P): its parameter file
-    fixes every other setting."""
+    """The paper's name of a 05 record's method (FRP with its veto P); its parameter file fixes the rest."""
     method, p = row(record)["method"], params(record)
     if method == "noise":
         return f"noise ({p['noise_scale']:g}x FRP's L2)"
@@ -97,11 +95,10 @@ def seed_deltas(attacks: Iterable[dict]) -> dict[str, list[float]]:
 
 
 class Records:
-    """The complete records of ``profile`` and its grid's files: its models (``grid_05``), their attacks
-    (``grid_06``), the seed repeats (``seeds_06``). ``method_runs``: every notebook-05 record
-    (``method_by_run`` by run name); ``all_attacks``: every notebook-06 record by its parameters (:meth:`key`:
-    a run two files list is read once), less the ``stale`` ones, whose 05 run was redone or removed since
-    (its FRAG or L2 are no longer what the attack recorded)."""
+    """The complete records of ``profile``, and its grid's files (models, attacks, seed repeats): every
+    notebook-05 record (``method_by_run`` by run name), and every notebook-06 record by its parameters
+    (:meth:`key`; a run two files list is read once) less the ``stale`` ones, whose 05 run was redone or
+    removed since (its FRAG or L2 are no longer what the attack recorded)."""
 
     def __init__(self, profile: str, grid_05: str = GRID_05, grid_06: str = GRID_06, seeds_06: str = SEEDS_06) -> None:
         self.profile, self.grid_05, self.grid_06, self.seeds_06 = profile, grid_05, grid_06, seeds_06

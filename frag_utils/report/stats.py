@@ -1,6 +1,5 @@
-"""General statistics of the analysis layer: Spearman's ρ with a nested bootstrap interval
-(methods, then checkpoints, then attack seeds), permutation p-values, and the within-stratum ρ.
-Nothing here knows the paper: :mod:`frag_utils.report.analysis` applies them to its tables."""
+"""Spearman's ρ with a nested bootstrap interval (methods, then checkpoints, then attack seeds), permutation
+p-values and the within-stratum ρ; nothing here knows the paper (:mod:`.analysis` applies them)."""
 from __future__ import annotations
 
 import functools
@@ -42,11 +41,10 @@ def _draws(counts: tuple[int, ...], n_boot: int, seed: int, groups: tuple | None
     scored on the same checkpoints sees the same resamples (paired), drawn once.
 
     Returns:
-        ``(sizes, idx, seeds, parts)``, read-only: the checkpoints each resample drew (``sizes[b]`` of
-        them, concatenated in ``idx``); each drawn checkpoint's drawn seeds as positions in all seeds'
-        values, ascending (the same seeds in another order are the same mean), padded with the position
-        one past the end; per resample, the positions of each drawn method (a method drawn twice is two
-        strata; without ``groups``, one stratum).
+        ``(sizes, idx, seeds, parts)``, read-only: the checkpoints each resample drew (``sizes[b]``, all in
+        ``idx``); each drawn checkpoint's drawn seeds as ascending positions in all seeds' values (the same
+        seeds in another order are the same mean), padded with one past the end; per resample, each drawn
+        method's positions (one stratum each, or one in all without ``groups``).
     """
     rng = np.random.default_rng(seed)
     n, offsets = len(counts), np.concatenate([[0], np.cumsum(counts, dtype=int)])
@@ -75,8 +73,7 @@ def _draws(counts: tuple[int, ...], n_boot: int, seed: int, groups: tuple | None
 
 
 def _rows_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Spearman's ρ of each row of ``x`` with the same row of ``y`` (``[rows, n]``; a 1-D ``x`` is every
-    row's) in one pass, as :func:`spearman` gives it row by row."""
+    """Spearman's ρ of each row of ``x`` (or a 1-D ``x``) with that row of ``y`` (``[rows, n]``) in one pass."""
     x = np.broadcast_to(x, y.shape)
     if x.shape[1] < 3:
         return np.full(len(x), np.nan)
@@ -104,8 +101,7 @@ def _resampled(runs: list, n_boot: int, seed: int, groups: Sequence | None) -> t
 
 
 def _boot_rhos(xs: list[np.ndarray], runs: list, n_boot: int, seed: int, groups: Sequence | None) -> np.ndarray:
-    """ρ of each of ``xs`` with ΔES in every resample (``[len(xs), n_boot]``, NaN where a side is
-    constant), the resamples of the same length scored together."""
+    """ρ of each of ``xs`` with ΔES in every resample (``[len(xs), n_boot]``), resamples of one length together."""
     sizes, idx, ys, _ = _resampled(runs, n_boot, seed, groups)
     starts = np.cumsum(sizes) - sizes
     out = np.full((len(xs), n_boot), np.nan)
@@ -137,9 +133,7 @@ def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]],
 
     Returns:
         ``{"rho", "low", "high", "n", "n_groups", "n_seeds", "n_boot", "n_degenerate", "n_dropped"}``
-        (``n_seeds``: the seeds per checkpoint, as a list; ``n_groups``: methods, or ``n``).
-    Raises:
-        ValueError: ``n_boot < 1`` or ``seed`` not an integer.
+        (``n_seeds``: the seeds per checkpoint; ``n_groups``: methods, or ``n``).
     """
     (x,), runs, n_dropped, groups = _clean([x], y, groups)  # rho and its interval describe the same checkpoints
     rho = spearman(x, [v.mean() for v in runs])
@@ -271,8 +265,8 @@ def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]]
     each cell, while the interval (:func:`_draws`) still draws methods whole.
 
     Returns:
-        ``{"rho", "low", "high", "n", "n_groups", "per_group": {cell: (rho, n)}, "n_degenerate"}``;
-        cells of fewer than 3 checkpoints carry no ρ and count in ``n`` but not in ``rho``.
+        ``{"rho", "low", "high", "n", "n_groups", "per_group": {cell: (rho, n)}, "n_degenerate"}`` (a cell
+        of fewer than 3 checkpoints has no ρ: it counts in ``n``, not in ``rho``).
     """
     cells = list(groups) if cells is None else list(cells)
     codes = {c: k for k, c in enumerate(dict.fromkeys(cells))}

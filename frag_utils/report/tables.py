@@ -106,10 +106,9 @@ def seed_means(rows: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFrame:
 
 
 def recovery(checkpoints: pd.DataFrame) -> pd.DataFrame:
-    """``checkpoints`` (``delta_es`` a list of seeds) with ``es_after`` (the mean over seeds), and the share
-    of what the unlearning removed that each seed's attack brought back, ΔES / (``target_es`` − ``es_before``)
-    (``recovered_seeds``; 1 at the target's ES; NaN where less than :data:`MIN_FORGOTTEN` was forgotten),
-    and its mean (``recovered``): an attack adds only what was removed, so ΔES is small wherever little was."""
+    """``checkpoints`` (``delta_es`` a list of seeds) with ``es_after`` (their mean) and the share of what the
+    unlearning removed that each seed's attack brought back, ΔES / (``target_es`` − ``es_before``), and its mean
+    (``recovered``): ΔES is small wherever little was forgotten, however much came back."""
     forgotten = checkpoints.target_es - checkpoints.es_before
     shares = [[d / f for d in ds] if f >= MIN_FORGOTTEN else [float("nan")] * len(ds)
               for ds, f in zip(checkpoints.delta_es, forgotten)]

@@ -103,8 +103,7 @@ def _family(rec, split: str, family: str, changes: tuple, used: list[str]) -> li
 
 
 def _worst(table: pd.DataFrame) -> pd.DataFrame:
-    """Per split and model, the attack with the highest mean ES after of those within :data:`UTILITY_BOUND`
-    (TamperBench's), and how many were of how many."""
+    """Per split and model, the attack with the highest mean ES after within :data:`UTILITY_BOUND`; how many were."""
     attacked = table[table.seeds.gt(0)].drop_duplicates(["split", "variant", "model"])
     attacked = attacked.assign(within=attacked.model_utility_after >= UTILITY_BOUND * attacked.target_model_utility)
     worst = []
@@ -132,8 +131,7 @@ def multiple_choice(rec, found: list[tuple[str, dict]]) -> pd.DataFrame:
 
 
 def build(book) -> dict[Table, pd.DataFrame]:
-    """The chapter: per family, variant and model the mean over seeds after the attack; the worst attack;
-    multiple choice."""
+    """The chapter: per family, variant and model the mean over seeds; the worst attack; multiple choice."""
     rec, rows, used, mc = book.records, [], [], []
     for split in VARIANT_SPLITS:
         for family in (MC_TARGET, *ATTACK_VARIANTS):
