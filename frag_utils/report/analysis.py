@@ -23,7 +23,6 @@ GROUP_BY = "model"
 # out by name as collapsed; no utility rule. Columns: all, and without FRP.
 PAPER_TABLE3_METHODS = ("graddiff", "npo", "rmu", "sp", "frp")
 PAPER_TABLE3_PREDICTORS = ("l2_all", "FRAG_x100", "A_f_x100", "A_r_x100")
-AUTHORS_TABLE3 = ("scale", "subset", "predictor", "rho", "n", "source")
 # this repository's predictor columns -> the authors' names for the same quantity
 AUTHORS_PREDICTOR = {"l2_all": "l2", "FRAG_x100": "frag_gap", "A_f_x100": "cos_f", "A_r_x100": "cos_r"}
 # below this many methods an interval that resamples methods is nominal: a cluster bootstrap over few
@@ -81,18 +80,10 @@ def paper_table3(chosen: pd.DataFrame, predictors: Sequence[str] = PAPER_TABLE3_
     return predictor_table(chosen, paper_table3_subsets(chosen), predictors, n_boot)
 
 
-def _reference(file: str, columns: tuple[str, ...]) -> pd.DataFrame:
-    """A table of ``data/reference/`` (its README names each source), refused unless its columns are ``columns``."""
-    table = pd.read_csv(paths.DATA_DIR / "reference" / file)
-    if tuple(table.columns) != columns:
-        raise ValueError(f"{file} has columns {list(table.columns)}, expected {list(columns)}.")
-    return table
-
-
 def authors_table3() -> pd.DataFrame:
-    """The authors' Table 3 as their paper and repository give it: ``rho`` and ``n`` per scale, subset,
-    predictor (``frag_printed``: the paper's printed FRAG column) and source."""
-    return _reference("authors_table3.csv", AUTHORS_TABLE3)
+    """The authors' Table 3 as their paper and repository give it (``data/reference/authors_table3.csv``): ``rho``
+    and ``n`` per scale, subset, predictor (``frag_printed``: the paper's printed FRAG column) and source."""
+    return pd.read_csv(paths.DATA_DIR / "reference" / "authors_table3.csv")
 
 
 def _authors_rho(scale: str, printed: bool = False) -> pd.Series:
@@ -211,7 +202,6 @@ _FOLLOWS = {"FRAG_x100": (("supported", "at 135M too, the larger the FRAG gap, t
                        ("not resolved", "these checkpoints cannot tell L2 and FRAG apart"))}
 
 # -- the paper's Table 1 claim: FRP keeps the least after each attack --------------------------
-PAPER_TABLE1 = ("scale", "method", "attack", "es", "delta_es", "utility")
 TABLE1_BASELINES = ("ga", "graddiff", "npo", "rmu", "sp")
 # this repository's model labels (recorded.short_label) -> the paper's Table 1 rows
 TABLE1_KEYS = {"gold": "gold", "GA": "ga", "GradDiff": "graddiff", "NPO": "npo", "RMU": "rmu", "SP": "sp",
@@ -223,7 +213,7 @@ _ATTACK_NAMES = {"retain": "retain", "forget": "forget", "forget_retain": "forge
 def paper_table1() -> pd.DataFrame:
     """The paper's Table 1 at Llama-3.2-1B (``data/reference/paper_table1.csv``): per method and
     attack (``none`` for the unlearned model), forget ES, ΔES and Model Utility."""
-    return _reference("paper_table1.csv", PAPER_TABLE1)
+    return pd.read_csv(paths.DATA_DIR / "reference" / "paper_table1.csv")
 
 
 def _lowest(values: pd.Series, frp: float) -> tuple[str, bool]:

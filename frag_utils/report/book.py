@@ -170,10 +170,10 @@ class Book:
     def write(self, out_dir: Path, prov: dict) -> list[str]:
         """Write every table and figure built (:func:`write`), then close the figures."""
         written = write(out_dir, prov, self.built)
-        from .plots import close
+        import matplotlib.pyplot as plt
 
         for fig in (obj for t, obj in self.built.items() if t.figure):
-            close(fig)
+            plt.close(fig)
         return written
 
     def summary(self) -> dict:

@@ -194,10 +194,3 @@ def noise_controls(table: pd.DataFrame) -> Any:
     fig.tight_layout()
     return fig
 
-
-def close(fig: Any) -> None:
-    """Free a figure once it is saved (and shown)."""
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-

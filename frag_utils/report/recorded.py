@@ -191,18 +191,16 @@ def scored_by_07(rec: Records, files: tuple[str, ...], chosen: pd.DataFrame,
                  names: list[str]) -> tuple[pd.DataFrame, list[str]]:
     """``chosen`` (checkpoints, their 05 runs ``names``) with the barrier and each ``<score>:<term>`` of the
     complete notebook-07 runs of ``files``, less the checkpoints none scored; and those runs."""
+    specs = [s for f in files for s in rec.planned("07_ablations", f) if s.is_complete()]
+    ablation_runs = [f"07_ablations/{s.name}" for s in specs]
     found: dict[str, dict] = {}
-    ablation_runs = []
-    for spec in (s for f in files for s in rec.planned("07_ablations", f)):
-        if spec.is_complete():
-            result = records.read_json(spec.out_dir / paths.RESULTS_FILE)["results"]
-            ablation_runs.append(f"07_ablations/{spec.name}")
-            for r in result["barrier"]:
-                found.setdefault(r["unlearned_run"], {})["barrier"] = r["barrier"]
-            for r in result["scores"]:
-                for score in IMPORTANCE_SCORES:
-                    if score in r:
-                        found.setdefault(r["unlearned_run"], {})[f"{score}:{r['importance']}"] = r[score]
+    for spec in specs:
+        result = records.read_json(spec.out_dir / paths.RESULTS_FILE)["results"]
+        for r in result["barrier"]:
+            found.setdefault(r["unlearned_run"], {})["barrier"] = r["barrier"]
+        for r in result["scores"]:
+            found.setdefault(r["unlearned_run"], {}).update(
+                {f"{score}:{r['importance']}": r[score] for score in IMPORTANCE_SCORES if score in r})
     scored = chosen.assign(**{k: [found.get(n, {}).get(k, float("nan")) for n in names]
                               for k in sorted({k for v in found.values() for k in v})})
     if "barrier" not in scored:

@@ -57,8 +57,7 @@ def _draws(counts: tuple[int, ...], n_boot: int, seed: int, groups: tuple | None
             drawn = [members[k] for k in rng.integers(0, len(members), len(members))]
             picks = [m[rng.integers(0, len(m), len(m))] for m in drawn]
             idx = np.concatenate(picks)
-            ends = np.cumsum([len(m) for m in picks])
-            parts = [np.arange(e - len(m), e) for m, e in zip(picks, ends)]
+            parts = [np.arange(e - len(m), e) for m, e in zip(picks, np.cumsum([len(m) for m in picks]))]
         for i in idx:
             k = counts[i]
             rows.append(offsets[i] + (np.sort(rng.integers(0, k, k)) if k > 1 else np.zeros(1, int)))
