@@ -28,8 +28,7 @@ def fill(text: str) -> str:
     for name, rel in BLOCKS.items():
         source = paths.REPO_ROOT / rel
         body = source.read_text().strip() if source.is_file() else f"*(not yet run: {rel} is missing)*"
-        name_ = re.escape(name)
-        pattern = re.compile(rf"(<!-- BEGIN {name_} -->\n)(?:.*?\n)?(<!-- END {name_} -->)", re.S)
+        pattern = re.compile(rf"(<!-- BEGIN {re.escape(name)} -->\n)(?:.*?\n)?(<!-- END {re.escape(name)} -->)", re.S)
         text = pattern.sub(lambda m, body=body, rel=rel: f"{m.group(1)}{body}\n\n*Source: `{rel}`*\n{m.group(2)}", text)
     return text
 

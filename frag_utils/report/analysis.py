@@ -1,8 +1,7 @@
-"""Predictor analysis (paper §4, Table 3): how well does each attack-free score rank robustness, ΔES under
-the forget+retain attack (smaller is more robust)? For each predictor (FRAG with gamma 1, FRAG with gamma 0
-= ``A_f``, ``A_r``, the global L2) the Spearman rank correlation with ΔES over *healthy* checkpoints, with a
-bootstrap interval: with few checkpoints it shows how little a single rho says. A predictor of robustness
-correlates *negatively* with ΔES. And the paper's claims, its Table 1 claim and the frontier's tables."""
+"""Predictor analysis (paper §4, Table 3): how well does each attack-free score (FRAG with gamma 1 and 0 = ``A_f``,
+``A_r``, the global L2) rank robustness, ΔES under the forget+retain attack? Spearman's ρ over *healthy*
+checkpoints with a bootstrap interval, which shows how little a single ρ over few checkpoints says; a predictor
+of robustness correlates *negatively* with ΔES. Also the paper's claims and the frontier's tables."""
 from __future__ import annotations
 
 import re
@@ -114,9 +113,8 @@ def _verdict(low: float, high: float, above: str, below: str) -> str:
 
 
 def _l2_verdict(part: pd.DataFrame, frag: pd.Series | None, low: float, n_boot: int) -> str:
-    """The verdict of an L2 claim over the checkpoints ``part``: read off the interval of ρ(L2) −
-    ρ(FRAG) over paired resamples, supported only where FRAG's own ρ (``frag``, its Table 3 row) is
-    negative too; ``low``, the low end of L2's own interval, says whether L2 ranks in reverse."""
+    """The verdict of an L2 claim over ``part``, off the interval of ρ(L2) − ρ(FRAG) over paired resamples: supported
+    only where FRAG's own ρ (``frag``) is negative too; L2 ranks in reverse where its own interval's ``low`` is > 0."""
     gap = {"gap": np.nan, "low": np.nan, "high": np.nan}
     if len(part):
         gap = bootstrap_spearman_gap(part.FRAG_x100, part.l2_all, list(part.delta_es), n_boot=n_boot,
@@ -134,11 +132,10 @@ def _l2_verdict(part: pd.DataFrame, frag: pd.Series | None, low: float, n_boot: 
 
 
 def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16", n_boot: int = 2000) -> pd.DataFrame:
-    """The paper's Table 3 claims one per row, from this repository's Table 3 of one precision and its
-    checkpoints: the paper's and the authors' recomputed value at 1B, this repository's ρ with its interval,
-    and a verdict read off the interval alone, none before every checkpoint of :data:`PLANNED_CHECKPOINTS`
-    is recorded. The FRAG rows are the Eq. 5 gap (the printed FRAG column is cos(F, ΔW²) alone: its own
-    row); an L2 row asks whether L2 ranks robustness worse (:func:`_l2_verdict`)."""
+    """The paper's Table 3 claims one per row, from this repository's Table 3 of one precision and its checkpoints:
+    the paper's and the authors' recomputed value at 1B, ours with its interval, and a verdict read off the
+    interval alone, once every checkpoint of :data:`PLANNED_CHECKPOINTS` is recorded. FRAG is the Eq. 5 gap (the
+    printed FRAG column is cos(F, ΔW²): its own row); an L2 row asks whether L2 ranks worse (:func:`_l2_verdict`)."""
     printed, recomputed = _authors_rho("1B", printed=True), _authors_rho("1B")
     ours = table3[table3.weights.eq(weights)].set_index(["subset", "predictor"]) if len(table3) else None
     cps = checkpoints[checkpoints.weights.eq(weights)] if len(checkpoints) else checkpoints
@@ -173,9 +170,8 @@ def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16
 
 
 def beside(claims_: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
-    """``claims_`` (:func:`claims` of one precision) with the same claims in another precision (``other``)
-    in one column more, ``ours_<weights>``: ρ with interval, ``n`` and the verdict's first words in one
-    cell, and on the L2 rows ρ(L2) − ρ(FRAG) with its interval and whether L2's own ρ is reversed."""
+    """``claims_`` with the same claims in another precision (``other``) in one column more: ρ with interval, ``n``,
+    the verdict's first words and, on the L2 rows, ρ(L2) − ρ(FRAG) with its interval and whether L2 is reversed."""
     weights = next(c for c in other.columns if c.startswith("ours_"))
 
     def cell(r: pd.Series) -> str:
@@ -225,11 +221,10 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
                   min_utility_fraction: float = 0.5, seed_spread: float = float("nan")) -> pd.DataFrame:
     """The paper's Table 1 claim, "FRP achieves the lowest post-attack ES/ΔES", one row per attack: FRP (P 0)
     against the lowest baseline, forget ES after the attack and ΔES, in the paper at 1B and here (``table1``'s
-    rows of ``weights``, each attack at the mean over its few seeds, so no interval), with a verdict read off
-    the numbers. By the paper's premise that "a utility-collapsed model is not meaningfully robust", the
-    verdict names the compared models whose Model Utility before any attack is below ``min_utility_fraction``
-    of the target's, and calls a margin under ``seed_spread`` (the widest range of ΔES over one checkpoint's
-    seeds: conservative, as means over a few seeds move less) not resolved."""
+    rows of ``weights``, each attack at the mean over its few seeds), with a verdict read off the numbers. It
+    names the compared models below ``min_utility_fraction`` of the target's utility ("a utility-collapsed model
+    is not meaningfully robust"), and calls a margin under ``seed_spread`` (the widest range of ΔES over one
+    checkpoint's seeds: conservative, as means over a few seeds move less) not resolved."""
     paper = paper_table1()
     ours = table1[table1.weights.eq(weights) & table1.model.isin(list(TABLE1_KEYS))] if len(table1) else table1
     ours = ours.set_index(ours.model.map(TABLE1_KEYS)) if len(ours) else ours
@@ -313,9 +308,8 @@ def frontier_subsets(df: pd.DataFrame) -> dict[str, pd.Series]:
 
 def frontier_table3(df: pd.DataFrame, predictors: Sequence[str] = PAPER_TABLE3_PREDICTORS,
                     n_boot: int = 2000) -> pd.DataFrame:
-    """Table 3 per subset of :func:`frontier_subsets` with four checkpoints and predictor: the pooled ρ
-    (:func:`predictor_table`) and the within-method ρ (:func:`stratified_spearman`, within each method on each
-    split: ``within_strata`` have one) with its interval and its p-value from reorderings within strata."""
+    """Table 3 per subset of :func:`frontier_subsets` with four checkpoints: the pooled ρ and the within-method ρ
+    (within each method on each split: ``within_strata`` have one) with its interval and stratified p-value."""
     rows = []
     for name, mask in frontier_subsets(df).items():
         part = df[mask]
@@ -385,9 +379,8 @@ def detectable_rho(n: int, level: float = 0.95, power: float = 0.8) -> float:
 
 
 def utility_bands(df: pd.DataFrame, edges: Sequence[float] = (0.5, 0.75, 1.0, np.inf)) -> pd.DataFrame:
-    """The paper's "ΔES at matched utility" (``ctrl_matched_utility``): per band of Model Utility over the
-    target's (between ``edges``) and method, the checkpoints and their mean ΔES (of each one's seed mean):
-    FRP's beside each other method's in the same band is the comparison."""
+    """The paper's "ΔES at matched utility" (``ctrl_matched_utility``): per band of utility over the target's and
+    method, the checkpoints and their mean ΔES; FRP's beside each other method's in the same band is the comparison."""
     frac = df.model_utility / df.target_model_utility
     labels = [f"{lo:g}-{hi:g}" if np.isfinite(hi) else f">= {lo:g}" for lo, hi in zip(edges[:-1], edges[1:])]
     band = pd.cut(frac, list(edges), right=False, labels=labels)
@@ -398,9 +391,8 @@ def utility_bands(df: pd.DataFrame, edges: Sequence[float] = (0.5, 0.75, 1.0, np
 
 
 def headline(table3: pd.DataFrame, subset: str = "all") -> pd.DataFrame:
-    """The README's one short table: per predictor of Table 3 over ``subset``, what the paper prints at 1B (its
-    FRAG column, cos F, in the FRAG row as the paper names it), the authors' recomputation at 1B, this
-    repository's ρ with its interval and the checkpoints and methods behind it; a dash where none is printed."""
+    """The README's one short table: per predictor of Table 3 over ``subset``, the paper's value at 1B (its FRAG
+    column, cos F, in the FRAG row as it names it), the authors' recomputation, ours with its interval and n."""
     def signed(v: float) -> str:
         return "—" if pd.isna(v) else f"{v:+.2f}"
 

@@ -1,7 +1,6 @@
-"""Notebook 09's figures, each a matplotlib figure of one of its tables only. The Agg backend is used when no
-other was chosen, so nothing here opens a window; layouts are fixed, so a figure's bytes depend on its table
-only. Every figure has one legend, no per-point text, at most 2 x 2 panels, the same colour for a model in
-every figure, and a title that says what to look at."""
+"""Notebook 09's figures, each of one of its tables only, with fixed layouts (a figure's bytes depend on its table
+alone) and Agg unless another backend was chosen (nothing opens a window); each has one legend, no per-point text,
+at most 2 x 2 panels, a colour per model shared by all, and a title that says what to look at."""
 from __future__ import annotations
 
 from typing import Any
@@ -91,9 +90,8 @@ def _rho(name: str, r: Any, within: bool = False) -> str:
 
 
 def frontier_panels(models: pd.DataFrame, table: pd.DataFrame, rule: str = "paper") -> Any:
-    """The README's figure: ΔES (each checkpoint's mean over its attack seeds) against FRAG's gap and against
-    global L2 over the healthy checkpoints by ``rule`` (``frontier_models``), a method's strengths joined;
-    each title gives the pooled and the within-method ρ with their intervals (``frontier_table3``)."""
+    """The README's figure: mean ΔES over seeds against FRAG's gap and global L2 over the healthy checkpoints
+    by ``rule``, a method's strengths joined; each title gives the pooled and the within-method ρ with intervals."""
     plt, sns = _pyplot()
     pts = models[models.attack_seeds.gt(0) & models[f"healthy_{rule}"]]
     pts = pts.assign(mean_delta=pts.delta_es.map(_mean))
@@ -111,9 +109,8 @@ def frontier_panels(models: pd.DataFrame, table: pd.DataFrame, rule: str = "pape
 
 
 def table3_panels(checkpoints: pd.DataFrame, table: pd.DataFrame, subset: str = "all") -> Any:
-    """The paper's Table 3 checkpoints (``delta_es`` the list of each one's seeds): per weight precision, ΔES
-    against FRAG's gap and global L2, a marker at each checkpoint's mean with its seeds as faint dots, and ρ
-    over ``subset`` in each title (``table``: :func:`analysis.paper_table3` rows with ``weights``)."""
+    """The paper's Table 3 checkpoints per weight precision: ΔES against FRAG's gap and global L2, a marker at
+    each checkpoint's mean with its seeds as faint dots, ρ over ``subset`` (``table``: ``paper_table3``) in titles."""
     plt, sns = _pyplot()
     pts = checkpoints.assign(mean_delta=checkpoints.delta_es.map(_mean))
     precisions = list(dict.fromkeys(pts.weights))

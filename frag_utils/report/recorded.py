@@ -95,10 +95,9 @@ def seed_deltas(attacks: Iterable[dict]) -> dict[str, list[float]]:
 
 
 class Records:
-    """The complete records of ``profile``, and its grid's files (models, attacks, seed repeats): every
-    notebook-05 record (``method_by_run`` by run name), and every notebook-06 record by its parameters
-    (:meth:`key`; a run two files list is read once) less the ``stale`` ones, whose 05 run was redone or
-    removed since (its FRAG or L2 are no longer what the attack recorded)."""
+    """The complete records of ``profile`` (``method_by_run``: notebook 05's by run name; ``all_attacks``: notebook
+    06's by :meth:`key`, a run two files list read once, less the ``stale`` ones, whose 05 run was redone or removed
+    since: its FRAG or L2 moved), and its grid's files (models, attacks, seed repeats)."""
 
     def __init__(self, profile: str, grid_05: str = GRID_05, grid_06: str = GRID_06, seeds_06: str = SEEDS_06) -> None:
         self.profile, self.grid_05, self.grid_06, self.seeds_06 = profile, grid_05, grid_06, seeds_06

@@ -35,10 +35,9 @@ def _clean(xs: Sequence[Sequence[float]], y: Sequence[float | Sequence[float]],
 
 @functools.lru_cache(maxsize=32)
 def _draws(counts: tuple[int, ...], n_boot: int, seed: int, groups: tuple | None) -> tuple:
-    """The bootstrap's resamples of checkpoints with ``counts`` seeds each, drawn at each level that
-    varies, with replacement: methods (``groups``, each checkpoint's; else none), the checkpoints of each
-    drawn method, the seeds of each drawn checkpoint. They depend on the counts only, so every predictor
-    scored on the same checkpoints sees the same resamples (paired), drawn once.
+    """The bootstrap's resamples of checkpoints with ``counts`` seeds each, drawn with replacement at each level
+    that varies: methods (``groups``), the checkpoints of each drawn method, the seeds of each drawn checkpoint;
+    drawn once, so every predictor scored on the same checkpoints sees the same resamples (paired).
 
     Returns:
         ``(sizes, idx, seeds, parts)``, read-only: the checkpoints each resample drew (``sizes[b]``, all in
@@ -124,11 +123,10 @@ def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]],
                        seed: int = 0, groups: Sequence | None = None) -> dict:
     """Spearman's rho with a percentile bootstrap interval over resampled checkpoints.
 
-    ``y[i]`` is one number, or checkpoint ``i``'s numbers under several attack seeds: ρ is against their
-    mean, and the resamples (:func:`_draws`: methods first with ``groups``, as checkpoints of one method
-    are not independent; then checkpoints; then seeds) carry the seed noise too. Checkpoints with a
-    non-finite ``x`` or no finite seed are dropped first (``n_dropped``), as are non-finite seeds;
-    resamples with a constant side have no ρ (``n_degenerate``).
+    ``y[i]`` is one number, or checkpoint ``i``'s numbers under several attack seeds: ρ is against their mean,
+    and the resamples (:func:`_draws`: methods first with ``groups``, as checkpoints of one method are not
+    independent) carry the seed noise too. Checkpoints with a non-finite ``x`` or no finite seed are dropped
+    (``n_dropped``), as are non-finite seeds; resamples with a constant side have no ρ (``n_degenerate``).
 
     Returns:
         ``{"rho", "low", "high", "n", "n_groups", "n_seeds", "n_boot", "n_degenerate", "n_dropped"}``
@@ -144,9 +142,8 @@ def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]],
 
 def bootstrap_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequence[float | Sequence[float]],
                            n_boot: int = 2000, seed: int = 0, groups: Sequence | None = None) -> dict:
-    """ρ(x_b, ΔES) − ρ(x_a, ΔES) with a percentile interval from the resamples of :func:`bootstrap_spearman`,
-    paired: whether one predictor ranks robustness better than another, which two separate intervals cannot
-    say. Returns ``{"gap", "low", "high", "n", "n_degenerate", "n_dropped"}``."""
+    """ρ(x_b, ΔES) − ρ(x_a, ΔES), ``{"gap", "low", "high", "n", "n_degenerate", "n_dropped"}``, over the
+    paired resamples of :func:`bootstrap_spearman`: whether one predictor ranks better, as two intervals cannot say."""
     (a, b), runs, n_dropped, groups = _clean([x_a, x_b], y, groups)
     means = [v.mean() for v in runs]
     gap = spearman(b, means) - spearman(a, means)
@@ -203,11 +200,10 @@ def _p_value(observed: float, null: Sequence[float], exact: bool) -> float:
 
 def permutation_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], n_perm: int = 20000,
                          seed: int = 0, strata: Sequence | None = None) -> dict:
-    """Two-sided permutation p-value of Spearman's ρ(x, y) (``y`` a list of seeds averaged) over the
-    reorderings of :func:`_permutations`; with ``strata`` (each checkpoint's method) only within a method,
-    the null of :func:`stratified_spearman`. Reordering across every checkpoint takes them as exchangeable,
-    which checkpoints of one method are not: read a pooled p-value beside the interval that resamples
-    methods, not in its place. Returns ``{"rho", "p", "n", "n_perm", "exact"}``."""
+    """Two-sided permutation p-value of Spearman's ρ(x, y) (``y``: seeds averaged), ``{"rho", "p", "n", "n_perm",
+    "exact"}``; with ``strata`` (each checkpoint's method) reordered only within a method, the null of
+    :func:`stratified_spearman`. Across every checkpoint it takes them as exchangeable, which checkpoints of one
+    method are not: read a pooled p-value beside the interval that resamples methods, not in its place."""
     (x,), runs, _, strata = _clean([x], y, strata)
     ys = np.array([v.mean() for v in runs])
     groups = None if strata is None else [np.flatnonzero(np.asarray(strata) == g) for g in dict.fromkeys(strata)]
@@ -222,9 +218,8 @@ def permutation_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]
 
 def _within_draws(x: np.ndarray, yb: np.ndarray, sizes: np.ndarray, idx: np.ndarray, parts: list,
                   cell: np.ndarray) -> np.ndarray:
-    """:func:`_stratified` of every resample at once (its strata each drawn method's checkpoints of one cell,
-    in drawing order), bit for bit as the loop over resamples: the strata's ρ scored together by size,
-    then summed per resample in the same order."""
+    """:func:`_stratified` of every resample at once (strata: each drawn method's checkpoints of one cell), bit for
+    bit as the loop over resamples: the strata's ρ scored together by size, then summed per resample in order."""
     n_boot = len(sizes)
     draw = np.repeat(np.arange(n_boot), sizes)
     # each drawn method is a run of consecutive positions: number them over all resamples

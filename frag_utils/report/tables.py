@@ -1,6 +1,5 @@
-"""The paper's Table 1 layout of the re-recorded grid and the seed repeats of its attacks, as plain
-functions of attack rows (:func:`attack_rows`: one attack run a row, ``model`` the method and its knobs,
-the same label on every split, ``weights`` the unlearned model's storage precision)."""
+"""The paper's Table 1 and the seed repeats of its attacks, as plain functions of attack rows (:func:`attack_rows`:
+``model`` names the method and its knobs, the same label on every split; ``weights``, the model's storage)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -37,12 +36,11 @@ def mean_if_complete(values: pd.Series, n: int) -> float:
 
 
 def table1(rows: pd.DataFrame) -> pd.DataFrame:
-    """The paper's Table 1: per precision and model, the forget ES and Model Utility before any attack and
-    after each attack (and ΔES), averaged over the splits, and ΔES averaged over the attacks; NaN unless
-    every split (and attack) is recorded, as an average over fewer is not the table's (``splits_recorded``)."""
+    """The paper's Table 1 per precision and model: forget ES, ΔES and Model Utility before and after each attack,
+    over the splits, and ΔES over the attacks; NaN unless all are recorded (a mean over fewer is not the table's)."""
     out = []
-    order = {m: i for i, m in enumerate(dict.fromkeys(rows.model))}
-    for (weights, model), g in rows.groupby(["weights", "model"], sort=False):
+    in_order = pd.Categorical(rows.model, categories=list(dict.fromkeys(rows.model)))  # models as they appear
+    for (weights, model), g in rows.groupby(["weights", in_order], observed=True):
         row: dict[str, Any] = {"weights": weights, "model": model, "method": g.method.iloc[0],
                                "splits_recorded": int(g.forget_split.nunique())}
         unlearned = g.drop_duplicates("forget_split").set_index("forget_split").reindex(list(SPLITS))
@@ -58,10 +56,8 @@ def table1(rows: pd.DataFrame) -> pd.DataFrame:
             row[f"{attack}_mu"] = mean_if_complete(hit.model_utility_after, len(SPLITS))
         deltas = pd.Series([row[f"{attack}_delta_es"] for attack in ATTACKS], dtype=float)
         row["avg_delta_es"] = mean_if_complete(deltas, len(ATTACKS))
-        row["_order"] = order[model]
         out.append(row)
-    table = pd.DataFrame(out).sort_values(["weights", "_order"], kind="stable")
-    return table.drop(columns="_order").reset_index(drop=True)
+    return pd.DataFrame(out)
 
 
 def table1_per_split(rows: pd.DataFrame) -> pd.DataFrame:
@@ -85,9 +81,8 @@ def table1_per_split(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def with_seed_repeats(chosen: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFrame:
-    """``chosen`` (one attacked checkpoint a row) with ``delta_es`` the list of every ΔES measured on it, its
-    own and those of ``repeats`` (the same attack at other seeds), and ``attack_seeds`` their number: what
-    :func:`frag_utils.report.stats.bootstrap_spearman` takes to carry the seed noise into an interval."""
+    """``chosen`` with ``delta_es`` the list of each checkpoint's ΔES at every seed, its own and those of ``repeats``,
+    and ``attack_seeds`` their number: what :func:`.stats.bootstrap_spearman` takes to carry the seed noise."""
     extra = repeats.groupby(["unlearned_run", "attack_data"]).delta_es.apply(list).to_dict()
     lists = [[d, *extra.get((u, a), [])] for d, u, a in zip(chosen.delta_es, chosen.unlearned_run, chosen.attack_data)]
     return chosen.assign(delta_es=lists, attack_seeds=[len(v) for v in lists])

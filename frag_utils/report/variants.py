@@ -66,16 +66,6 @@ def _found(rec, attack_params: dict) -> dict | None:
     return rec.all_attacks.get(rec.key(attack_params))
 
 
-def _after(split: str, family: str, variant: str, label: str, epoch_rows: list[dict], target_mu: float) -> dict:
-    """One attack (variant, epoch) over its seeds: the mean ES after and its range."""
-    es = [e["es"] for e in epoch_rows]
-    return {"split": split, "family": family, "variant": variant, "model": label, "seeds": len(es),
-            "es_after": float(np.mean(es)), "es_after_range": float(np.ptp(es)) if len(es) > 1 else np.nan,
-            "delta_es": float(np.mean([e["delta_es"] for e in epoch_rows])),
-            "model_utility_after": float(np.mean([e["model_utility"] for e in epoch_rows])),
-            "target_model_utility": target_mu}
-
-
 def _family(rec, split: str, family: str, changes: tuple, used: list[str]) -> list[dict]:
     """One family on one split: per checkpoint, before the attack, the protocol, each change."""
     planned = rec.planned("06_attacks", variants_file(family, split))
@@ -96,9 +86,15 @@ def _family(rec, split: str, family: str, changes: tuple, used: list[str]) -> li
                               if r is not None]) for change in changes]
         for variant, recs in cases:
             used += [r["run"] for r in recs]
-            for epoch, epoch_rows in _by_epoch(recs, family == "attack_horizon" and variant != "protocol"):
-                rows.append(_after(split, family, f"{variant}, after epoch {epoch}" if epoch else variant, label,
-                                   epoch_rows, model["target_model_utility"] if model else float("nan")))
+            for epoch, per_seed in _by_epoch(recs, family == "attack_horizon" and variant != "protocol"):
+                es = [e["es"] for e in per_seed]  # over the seeds: the mean ES after and its range
+                rows.append({"split": split, "family": family,
+                             "variant": f"{variant}, after epoch {epoch}" if epoch else variant, "model": label,
+                             "seeds": len(es), "es_after": float(np.mean(es)),
+                             "es_after_range": float(np.ptp(es)) if len(es) > 1 else np.nan,
+                             "delta_es": float(np.mean([e["delta_es"] for e in per_seed])),
+                             "model_utility_after": float(np.mean([e["model_utility"] for e in per_seed])),
+                             "target_model_utility": model["target_model_utility"] if model else float("nan")})
     return rows
 
 
