@@ -90,9 +90,8 @@ def controls(rec) -> dict[Table, pd.DataFrame]:
 
 
 def attack_precision(rec) -> pd.DataFrame:
-    """The bf16 set's models under the grid's forget+retain attack in bf16 (every seed of Table 3's repeats too)
-    and in fp32 (:data:`recorded.ATTACK_PRECISION_06`), beside the fp32 set's model under its own attack, per
-    split and method, then each method's mean over the splits (blank until all three are recorded)."""
+    """The bf16 set's models under the grid's attack in bf16 (Table 3's seed repeats too) and in fp32, beside the
+    fp32 set's model under its own, per split and method, then each method's mean over the three splits."""
     models = [r for r in rec.methods_of_file(rec.grid_05) if row(r)["method"] in (*recorded.DENSE, "sp", "frp")
               and params(r).get("weights") == "bf16"]
     in_fp32 = rec.attacked(models, "forget_retain", recorded.ATTACK_PRECISION_06)

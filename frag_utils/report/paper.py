@@ -1,6 +1,5 @@
-"""The paper's checkpoints: the faithful grid's models, Table 1 (over the splits and per split), Table 3 in the
-paper's protocol per precision (its attacks' seed repeats in its intervals), the extended set, their figures,
-the paper's claims one per row (Table 3's and Table 1's), and the README's first table."""
+"""The paper's checkpoints: the grid's models, Tables 1 and 3 in the paper's protocol (its attacks' seed repeats in
+Table 3's intervals), the extended set, their figures, the paper's claims one per row, the README's first table."""
 from __future__ import annotations
 
 import pandas as pd
