@@ -1,12 +1,6 @@
-"""Fill the result blocks of the README and the pages under docs/ from committed run records
-(never retype a number).
-
-A block is ``<!-- BEGIN name -->`` ... ``<!-- END name -->``; ``BLOCKS`` maps each name to the
-Markdown file (relative to the repository) whose content replaces the block. The documents filled
-are those of ``DOCUMENTS`` that contain a block marker: README.md, every docs/*.md, bench/README.md.
-Run ``python -m frag_utils.readme`` after ``make reproduce``; ``tests/test_readme.py`` fails when
-a block is not current (:func:`stale`).
-"""
+"""Fill the result blocks (``<!-- BEGIN name -->`` ... ``<!-- END name -->``) of the README and the
+pages under docs/ from committed run records, never retyping a number: ``python -m frag_utils.readme``
+after ``make reproduce``; ``tests/test_readme.py`` fails when a block is not current (:func:`stale`)."""
 from __future__ import annotations
 
 import re
@@ -15,8 +9,8 @@ from pathlib import Path
 from . import paths
 from .report import book
 
-# block name -> the Markdown file whose content fills it: each table notebook 09 declares with a
-# docs block (frag_utils.report.book.tables) is smol-<name>, its name with dashes
+# block name -> the Markdown file (relative to the repository) whose content fills it: each table notebook
+# 09 declares with a docs block (frag_utils.report.book.tables) is smol-<name>, its name with dashes
 BLOCKS = {
     "smol-models": "papermill_runs/02_target_and_gold/smol/models.md",
     "smol-frag": "papermill_runs/04_frag/smol/scores.md",
@@ -26,7 +20,7 @@ BLOCKS = {
 
 # Glob patterns, relative to the repository, of the Markdown files that may hold blocks.
 DOCUMENTS = ("README.md", "docs/*.md", "docs/results/*.md", "bench/README.md")
-MARKER = re.compile(r"<!-- (BEGIN|END) ([^ ]+) -->")
+MARKER = re.compile(r"<!-- (BEGIN|END) ([^ ]+) -->")  # findall: every marker in order, as (kind, name)
 
 
 def fill(text: str) -> str:
@@ -34,8 +28,7 @@ def fill(text: str) -> str:
     for name, rel in BLOCKS.items():
         source = paths.REPO_ROOT / rel
         body = source.read_text().strip() if source.is_file() else f"*(not yet run: {rel} is missing)*"
-        name_ = re.escape(name)
-        pattern = re.compile(rf"(<!-- BEGIN {name_} -->\n)(?:.*?\n)?(<!-- END {name_} -->)", re.S)
+        pattern = re.compile(rf"(<!-- BEGIN {re.escape(name)} -->\n)(?:.*?\n)?(<!-- END {re.escape(name)} -->)", re.S)
         text = pattern.sub(lambda m, body=body, rel=rel: f"{m.group(1)}{body}\n\n*Source: `{rel}`*\n{m.group(2)}", text)
     return text
 
@@ -44,11 +37,6 @@ def documents() -> list[Path]:
     """The Markdown files of ``DOCUMENTS`` that contain at least one block marker, sorted."""
     found = {p for pattern in DOCUMENTS for p in paths.REPO_ROOT.glob(pattern) if p.is_file()}
     return sorted(p for p in found if MARKER.search(p.read_text()))
-
-
-def markers(text: str) -> list[tuple[str, str]]:
-    """Every block marker of ``text`` in order, as ``(kind, name)`` with kind ``BEGIN`` or ``END``."""
-    return MARKER.findall(text)
 
 
 def render() -> dict[Path, str]:

@@ -1,5 +1,6 @@
 import io
 
+import matplotlib.pyplot as plt
 import pandas as pd
 
 from frag_utils.report import plots
@@ -52,8 +53,8 @@ def test_table3_panels_are_two_panels_per_precision_with_rho_in_the_title_and_on
     assert set(_legend_labels(fig)) == {*cp.model, *cp.forget_split}
     again = plots.table3_panels(cp, table)
     assert _png(fig) == _png(again)
-    plots.close(fig)
-    plots.close(again)
+    plt.close(fig)
+    plt.close(again)
 
 
 def test_frontier_by_precision_is_a_panel_per_precision_with_one_colour_per_model():
@@ -72,7 +73,7 @@ def test_frontier_by_precision_is_a_panel_per_precision_with_one_colour_per_mode
                 colour.setdefault(tuple(face), set()).add(id(ax))
     assert sum(len(v) == 2 for v in colour.values()) == rows.model.nunique()
     assert "gold" in _legend_labels(fig)
-    plots.close(fig)
+    plt.close(fig)
 
 
 def test_per_layer_figure_splits_dense_and_pruned_models_into_two_panels():
@@ -83,7 +84,7 @@ def test_per_layer_figure_splits_dense_and_pruned_models_into_two_panels():
     # each line is the model's share of the sum of its blocks' absolute contributions
     assert list(fig.axes[0].lines[0].get_ydata()) == [0.25, 0.75]
     assert list(fig.axes[1].lines[0].get_ydata()) == [-0.5, 0.5]
-    plots.close(fig)
+    plt.close(fig)
 
 
 def test_a_model_has_one_colour_in_every_figure():

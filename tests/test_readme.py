@@ -47,7 +47,7 @@ def test_every_generated_block_is_current():
 def test_every_block_marker_is_paired_and_known_and_every_block_is_shown():
     shown = set()
     for doc in readme.documents():
-        found = readme.markers(doc.read_text())
+        found = readme.MARKER.findall(doc.read_text())
         begins, ends = found[0::2], found[1::2]
         assert len(begins) == len(ends), doc
         for (kind_b, name_b), (kind_e, name_e) in zip(begins, ends):

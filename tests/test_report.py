@@ -431,13 +431,15 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
     assert rec.rho == pytest.approx(stats.spearman([l2[n] for n in deltas], [share[n] for n in deltas]))
     parts = out["frontier_utility_parts"]
     assert parts.model.iloc[0] == "target" and len(parts) == 1 + len(cases)
+    import matplotlib.pyplot as plt
+
     from frag_utils.report import plots
 
     fig = plots.frontier_panels(out["frontier_models"], t3)  # FRAG's gap and global L2, the paper's rule
     paper = t3[t3.rule.eq("paper") & t3.subset.eq("all")].set_index("predictor")
     assert len(fig.axes) == 2 and f"ρ {paper.loc['FRAG_x100'].rho:+.2f}" in fig.axes[0].get_title()
     assert f"{len(healthy) - 1} checkpoints" in fig.texts[0].get_text()  # the suptitle
-    plots.close(fig)
+    plt.close(fig)
     said = frontier.verdict(t3, out["frontier_recovered"])  # the README's answer: the same numbers, in words
     assert said.startswith("**Not resolved:**") == (paper.loc["FRAG_x100"].low <= 0 <= paper.loc["FRAG_x100"].high)
     assert f"{paper.loc['FRAG_x100'].rho:+.2f} [{paper.loc['FRAG_x100'].low:+.2f}" in said

@@ -1,11 +1,7 @@
-"""Predictor analysis (paper §4, Table 3): how well does each attack-free score rank robustness?
-
-Robustness is measured by ΔES under the forget+retain attack (smaller is more robust). For each
-predictor (FRAG with gamma 1, FRAG with gamma 0 = ``A_f``, ``A_r``, the global L2) the Spearman
-rank correlation with ΔES is reported over *healthy* checkpoints, with a bootstrap confidence
-interval: the number of checkpoints is small, and the interval shows how little a single rho
-says. A predictor of robustness correlates *negatively* with ΔES.
-"""
+"""Predictor analysis (paper §4, Table 3): how well does each attack-free score (FRAG with gamma 1 and 0 = ``A_f``,
+``A_r``, the global L2) rank robustness, ΔES under the forget+retain attack? Spearman's ρ over *healthy*
+checkpoints with a bootstrap interval, which shows how little a single ρ over few checkpoints says; a predictor
+of robustness correlates *negatively* with ΔES. Also the paper's claims and the frontier's tables."""
 from __future__ import annotations
 
 import re
@@ -15,100 +11,60 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
+from .. import paths
 from .stats import bootstrap_spearman, bootstrap_spearman_gap, permutation_spearman, stratified_spearman
-
-PREDICTORS = ("FRAG_x100", "A_f_x100", "A_r_x100", "l2_all")
-
-
-def healthy(df: pd.DataFrame, min_utility_fraction: float = 0.5) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Split checkpoints into healthy and excluded ones.
-
-    Excluded: noise controls (``kind == "noise"``) and collapsed models, whose Model Utility
-    before the attack is below ``min_utility_fraction`` times the target's.
-
-    Args:
-        df: one row per checkpoint with ``model_utility_before``, ``target_model_utility`` and
-            optionally ``kind``.
-    Returns:
-        ``(healthy, excluded)``, the latter with a ``reason`` column.
-    """
-    missing = {"model_utility_before", "target_model_utility"} - set(df.columns)
-    if missing:
-        raise ValueError(f"healthy() needs columns {sorted(missing)}.")
-    noise = df["kind"].eq("noise") if "kind" in df else pd.Series(False, index=df.index)
-    collapsed = df["model_utility_before"] < min_utility_fraction * df["target_model_utility"]
-    reason = np.where(noise, "noise control",
-                      np.where(collapsed, f"Model Utility below {min_utility_fraction:g} x target's", ""))
-    excluded = df[noise | collapsed].assign(reason=reason[(noise | collapsed).to_numpy()])
-    return df[~(noise | collapsed)], excluded
-
 
 # the column that names a checkpoint's method for the intervals: the model label (FRP's two vetoes
 # are two methods), resampled as one unit because its checkpoints share a recipe and a target
 GROUP_BY = "model"
-
-
-def predictor_table(df: pd.DataFrame, subsets: dict[str, pd.Series] | None = None,
-                    predictors: Sequence[str] = PREDICTORS, target: str = "delta_es", n_boot: int = 2000,
-                    seed: int = 0, group_by: str | None = GROUP_BY, n_perm: int = 20000) -> pd.DataFrame:
-    """Spearman rho (with bootstrap interval and permutation p-value) of each predictor against
-    ``target``, per subset.
-
-    Args:
-        subsets: name -> boolean mask over ``df`` rows (default: ``{"all": every row}``).
-        group_by: the column naming each checkpoint's method: the interval resamples methods, then
-            checkpoints within each, then seeds (:func:`bootstrap_spearman`); ``None`` resamples
-            checkpoints as if independent (and so does a ``df`` without that column).
-    Returns:
-        One row per (subset, predictor): ``subset, predictor, n`` (checkpoints), ``methods``,
-        ``attacks`` (attack runs behind them: more than ``n`` where a checkpoint's ``target`` is a
-        list of seeds), ``rho, low, high, p_perm`` (:func:`permutation_spearman`, across
-        checkpoints), ``resampled`` (what the interval resamples), ``degenerate_resamples``
-        (resamples without a rho, left out of the interval).
-    """
-    subsets = subsets or {"all": pd.Series(True, index=df.index)}
-    grouped = group_by is not None and group_by in df
-    rows = []
-    for name, mask in subsets.items():
-        part = df[mask]
-        groups = list(part[group_by]) if grouped else None
-        for p in predictors:
-            res = bootstrap_spearman(part[p], part[target], n_boot=n_boot, seed=seed, groups=groups)
-            perm = permutation_spearman(part[p], part[target], n_perm=n_perm, seed=seed) if res["n"] >= 3 else {}
-            rows.append({"subset": name, "predictor": p, "n": res["n"], "methods": res["n_groups"],
-                         "attacks": sum(res["n_seeds"]), "rho": res["rho"], "low": res["low"], "high": res["high"],
-                         "p_perm": perm.get("p", np.nan),
-                         "resampled": "methods, checkpoints, seeds" if grouped else "checkpoints, seeds",
-                         "degenerate_resamples": res["n_degenerate"]})
-    return pd.DataFrame(rows)
-
-
 # The paper's Table 3 (the authors' analysis/table3_spearman.py): a fixed method list, one
 # checkpoint per method and forget split at its main setting, the forget+retain attack. GA is left
 # out by name as collapsed; no utility rule. Columns: all, and without FRP.
 PAPER_TABLE3_METHODS = ("graddiff", "npo", "rmu", "sp", "frp")
 PAPER_TABLE3_PREDICTORS = ("l2_all", "FRAG_x100", "A_f_x100", "A_r_x100")
+# this repository's predictor columns -> the authors' names for the same quantity
+AUTHORS_PREDICTOR = {"l2_all": "l2", "FRAG_x100": "frag_gap", "A_f_x100": "cos_f", "A_r_x100": "cos_r"}
+# below this many methods an interval that resamples methods is nominal: a cluster bootstrap over few
+# clusters covers less than its level (a verdict "with 95 % confidence" says so)
+FEW_METHODS = 10
+# Table 3's checkpoints in the paper's protocol: 5 methods x 3 splits, 4 x 3 without FRP
+PLANNED_CHECKPOINTS = {"all": 15, "w/o FRP": 12}
 
 
-def paper_table3_checkpoints(df: pd.DataFrame, main_runs: set[str],
-                             methods: Sequence[str] = PAPER_TABLE3_METHODS) -> pd.DataFrame:
-    """The checkpoints of the paper's Table 3: rows of ``df`` whose ``unlearned_run`` is one of the
-    ``main_runs`` (each method's main setting) and whose method is in ``methods``.
+def healthy(df: pd.DataFrame, min_utility_fraction: float = 0.5) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """``(healthy, excluded)``: the checkpoints whose Model Utility before the attack is at least
+    ``min_utility_fraction`` of the target's, and the collapsed others, with a ``reason``."""
+    collapsed = df.model_utility_before < min_utility_fraction * df.target_model_utility
+    return df[~collapsed], df[collapsed].assign(reason=f"Model Utility below {min_utility_fraction:g} x target's")
 
-    Args:
-        df: one row per attacked checkpoint with ``method``, ``forget_split``, ``unlearned_run``.
-        main_runs: the notebook-05 run names that are the main settings, on every split.
-    Returns:
-        The selected rows, sorted by method and split.
-    Raises:
-        ValueError: two main checkpoints for one (method, split) (the main settings are ambiguous).
-    """
-    chosen = df[df.method.isin(methods) & df.unlearned_run.isin(main_runs)]
+
+def predictor_table(df: pd.DataFrame, subsets: dict[str, pd.Series], predictors: Sequence[str],
+                    n_boot: int = 2000) -> pd.DataFrame:
+    """Spearman ρ of each predictor with ``delta_es`` (a list of seeds each) per subset (name -> mask over
+    ``df``), its interval over the :data:`GROUP_BY` methods, their checkpoints and seeds (:func:`bootstrap_spearman`)
+    and its p-value across checkpoints (:func:`permutation_spearman`)."""
+    rows = []
+    for name, mask in subsets.items():
+        part = df[mask]
+        for p in predictors:
+            res = bootstrap_spearman(part[p], part.delta_es, n_boot=n_boot, groups=list(part[GROUP_BY]))
+            perm = permutation_spearman(part[p], part.delta_es) if res["n"] >= 3 else {}
+            rows.append({"subset": name, "predictor": p, "n": res["n"], "methods": res["n_groups"],
+                         "attacks": sum(res["n_seeds"]), "rho": res["rho"], "low": res["low"], "high": res["high"],
+                         "p_perm": perm.get("p", np.nan), "resampled": "methods, checkpoints, seeds",
+                         "degenerate_resamples": res["n_degenerate"]})
+    return pd.DataFrame(rows)
+
+
+def paper_table3_checkpoints(df: pd.DataFrame, main_runs: set[str]) -> pd.DataFrame:
+    """The checkpoints of the paper's Table 3: the rows of ``df`` of its methods at their main setting
+    (``main_runs``), by method and split; two for one method and split are refused (ambiguous settings)."""
+    chosen = df[df.method.isin(PAPER_TABLE3_METHODS) & df.unlearned_run.isin(main_runs)]
     twice = chosen.groupby(["method", "forget_split"]).size()
     if (twice > 1).any():
         raise ValueError(f"More than one main checkpoint for {list(twice[twice > 1].index)}: name one run per "
                          "method and split as its main setting.")
-    order = {m: i for i, m in enumerate(methods)}
+    order = {m: i for i, m in enumerate(PAPER_TABLE3_METHODS)}
     return chosen.assign(_o=chosen.method.map(order)).sort_values(["_o", "forget_split"]).drop(columns="_o")
 
 
@@ -118,53 +74,32 @@ def paper_table3_subsets(chosen: pd.DataFrame) -> dict[str, pd.Series]:
 
 
 def paper_table3(chosen: pd.DataFrame, predictors: Sequence[str] = PAPER_TABLE3_PREDICTORS,
-                 n_boot: int = 2000, seed: int = 0) -> pd.DataFrame:
-    """Spearman rho of each predictor with ΔES over the Table 3 checkpoints, "all" and "w/o FRP",
-    with bootstrap intervals (one row per predictor and subset)."""
-    return predictor_table(chosen, paper_table3_subsets(chosen), predictors=predictors, n_boot=n_boot, seed=seed)
-
-
-AUTHORS_TABLE3 = ("scale", "subset", "predictor", "rho", "n", "source")
+                 n_boot: int = 2000) -> pd.DataFrame:
+    """:func:`predictor_table` over the Table 3 checkpoints, "all" and "w/o FRP"."""
+    return predictor_table(chosen, paper_table3_subsets(chosen), predictors, n_boot)
 
 
 def authors_table3() -> pd.DataFrame:
-    """The authors' Table 3 as their paper and repository give it (``data/reference/authors_table3.csv``).
-
-    Returns:
-        One row per scale (``1B``, ``3B``, ``pooled``), subset (``all``, ``w/o FRP``), predictor
-        (``l2``, ``frag_gap``, ``cos_f``, ``cos_r``, ``frag_printed``) and source: ``rho``, ``n``,
-        ``source`` (``data/reference/README.md`` names each).
-    """
-    from ..paths import DATA_DIR
-
-    table = pd.read_csv(DATA_DIR / "reference" / "authors_table3.csv")
-    if tuple(table.columns) != AUTHORS_TABLE3:
-        raise ValueError(f"authors_table3.csv has columns {list(table.columns)}, expected {list(AUTHORS_TABLE3)}.")
-    return table
+    """The authors' Table 3 as their paper and repository give it (``data/reference/authors_table3.csv``): ``rho``
+    and ``n`` per scale, subset, predictor (``frag_printed``: the paper's printed FRAG column) and source."""
+    return pd.read_csv(paths.DATA_DIR / "reference" / "authors_table3.csv")
 
 
-# this repository's predictor columns -> the authors' names for the same quantity
-AUTHORS_PREDICTOR = {"l2_all": "l2", "FRAG_x100": "frag_gap", "A_f_x100": "cos_f", "A_r_x100": "cos_r"}
+def _authors_rho(scale: str, printed: bool = False) -> pd.Series:
+    """The authors' ρ at ``scale`` by (subset, predictor): printed in the paper, or recomputed (first source)."""
+    t = authors_table3()
+    t = t[t.scale.eq(scale) & t.source.str.startswith("paper").eq(printed)]
+    return t.drop_duplicates(["subset", "predictor"]).set_index(["subset", "predictor"]).rho
 
 
 def table3_beside_authors(ours: pd.DataFrame) -> pd.DataFrame:
-    """:func:`paper_table3` with the authors' values beside each row: their own recomputation from
-    their checkpoints per scale and pooled (``authors_1B``, ``authors_3B``, ``authors_pooled``; from
-    ``docs/REPRODUCE.md``, else ``results/table3_spearman.csv``), and the pooled value printed in the
-    paper's Table 3 (``paper_printed``; its FRAG column is cos F alone, so it stands in the FRAG row).
-    """
-    authors = authors_table3()
-    recomputed = authors[~authors.source.str.startswith("paper")].drop_duplicates(["scale", "subset", "predictor"])
-    printed = authors[authors.source.str.startswith("paper") & authors.scale.eq("pooled")]
-    printed = printed.assign(predictor=printed.predictor.replace({"frag_printed": "frag_gap"}))
-    out = ours.copy()
-    name = out.predictor.map(AUTHORS_PREDICTOR)
-    for scale in ("1B", "3B", "pooled"):
-        values = recomputed[recomputed.scale.eq(scale)].set_index(["subset", "predictor"]).rho
-        out[f"authors_{scale}"] = [values.get((s, p), float("nan")) for s, p in zip(out.subset, name)]
-    values = printed.set_index(["subset", "predictor"]).rho
-    out["paper_printed"] = [values.get((s, p), float("nan")) for s, p in zip(out.subset, name)]
-    return out
+    """:func:`paper_table3` with the authors' recomputation per scale beside each row, and the pooled value
+    the paper prints (``paper_printed``; its FRAG column is cos F alone, so it stands in the FRAG row)."""
+    name = ours.predictor.map(AUTHORS_PREDICTOR)
+    beside = {f"authors_{scale}": _authors_rho(scale) for scale in ("1B", "3B", "pooled")}
+    beside["paper_printed"] = _authors_rho("pooled", printed=True).rename(index={"frag_printed": "frag_gap"})
+    return ours.assign(**{k: [v.get((s, p), float("nan")) for s, p in zip(ours.subset, name)]
+                          for k, v in beside.items()})
 
 
 def _verdict(low: float, high: float, above: str, below: str) -> str:
@@ -177,21 +112,13 @@ def _verdict(low: float, high: float, above: str, below: str) -> str:
     return "not resolved: the interval includes 0"
 
 
-# below this many methods an interval that resamples methods is nominal: a cluster bootstrap over few
-# clusters covers less than its level (a verdict "with 95 % confidence" says so)
-FEW_METHODS = 10
-# Table 3's checkpoints in the paper's protocol: 5 methods x 3 splits, 4 x 3 without FRP
-PLANNED_CHECKPOINTS = {"all": 15, "w/o FRP": 12}
-
-
 def _l2_verdict(part: pd.DataFrame, frag: pd.Series | None, low: float, n_boot: int) -> str:
-    """The verdict of an L2 claim over the checkpoints ``part``: read off the interval of ρ(L2) −
-    ρ(FRAG) over paired resamples, supported only where FRAG's own ρ (``frag``, its Table 3 row) is
-    negative too; ``low``, the low end of L2's own interval, says whether L2 ranks in reverse."""
-    groups = list(part[GROUP_BY]) if len(part) and GROUP_BY in part else None
+    """The verdict of an L2 claim over ``part``, off the interval of ρ(L2) − ρ(FRAG) over paired resamples: supported
+    only where FRAG's own ρ (``frag``) is negative too; L2 ranks in reverse where its own interval's ``low`` is > 0."""
     gap = {"gap": np.nan, "low": np.nan, "high": np.nan}
     if len(part):
-        gap = bootstrap_spearman_gap(part.FRAG_x100, part.l2_all, list(part.delta_es), n_boot=n_boot, groups=groups)
+        gap = bootstrap_spearman_gap(part.FRAG_x100, part.l2_all, list(part.delta_es), n_boot=n_boot,
+                                     groups=list(part[GROUP_BY]))
     verdict = _verdict(gap["low"], gap["high"], "supported: ρ(L2) > ρ(FRAG)", "reversed: ρ(L2) < ρ(FRAG)")
     if verdict.startswith("supported") and frag is not None and not frag.high < 0:
         # FRAG beating L2 means a negative FRAG ρ with L2's above it, not only L2's above FRAG's
@@ -204,28 +131,12 @@ def _l2_verdict(part: pd.DataFrame, frag: pd.Series | None, low: float, n_boot: 
     return verdict
 
 
-def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16", n_boot: int = 2000,
-           planned: dict[str, int] | None = None) -> pd.DataFrame:
-    """The paper's Table 3 claims one per row, from this repository's Table 3 of one precision
-    (:mod:`frag_utils.report.paper`'s ``table3_by_precision`` and its checkpoints,
-    ``delta_es`` a list of seeds each): what the paper prints at 1B, what the authors' recomputation
-    from their checkpoints gives at 1B (their ``docs/REPRODUCE.md``), this repository's ρ with its
-    interval, and a verdict read off the interval alone, never set by hand.
-
-    The FRAG rows are the Eq. 5 gap (the paper's printed FRAG column is cos(F, ΔW²) alone, its own
-    row here, beside the printed value). The L2 rows ask whether L2 ranks robustness worse than
-    FRAG: their interval is of ρ(L2) − ρ(FRAG) over paired resamples
-    (:func:`bootstrap_spearman_gap`), and the claim is supported only where FRAG's own ρ is negative
-    too (L2 above a FRAG that does not predict robustness is not FRAG predicting it better); an L2
-    whose own ρ is positive is said to rank in reverse. No verdict is given before every checkpoint the paper's
-    protocol plans (``planned``, default :data:`PLANNED_CHECKPOINTS`) is recorded.
-    """
-    planned = planned or PLANNED_CHECKPOINTS
-    authors = authors_table3()
-    at_1b = authors[authors.scale.eq("1B")]
-    printed = at_1b[at_1b.source.str.startswith("paper")].set_index(["subset", "predictor"]).rho
-    recomputed = at_1b[~at_1b.source.str.startswith("paper")].drop_duplicates(["subset", "predictor"])
-    recomputed = recomputed.set_index(["subset", "predictor"]).rho
+def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16", n_boot: int = 2000) -> pd.DataFrame:
+    """The paper's Table 3 claims one per row, from this repository's Table 3 of one precision and its checkpoints:
+    the paper's and the authors' recomputed value at 1B, ours with its interval, and a verdict read off the
+    interval alone, once every checkpoint of :data:`PLANNED_CHECKPOINTS` is recorded. FRAG is the Eq. 5 gap (the
+    printed FRAG column is cos(F, ΔW²): its own row); an L2 row asks whether L2 ranks worse (:func:`_l2_verdict`)."""
+    printed, recomputed = _authors_rho("1B", printed=True), _authors_rho("1B")
     ours = table3[table3.weights.eq(weights)].set_index(["subset", "predictor"]) if len(table3) else None
     cps = checkpoints[checkpoints.weights.eq(weights)] if len(checkpoints) else checkpoints
     specs = [("FRAG (Eq. 5 gap) correlates negatively with ΔES", "all", "FRAG_x100", "frag_printed"),
@@ -248,28 +159,20 @@ def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16
         if "95 %" in verdict and methods < FEW_METHODS:
             verdict += (f" (nominal: the interval resamples {methods} methods, and a bootstrap over so few clusters "
                         "covers less than it says)")
-        if n < planned.get(subset, 0) and verdict != "not measured yet":
-            verdict = f"no verdict yet: {n} of {planned[subset]} checkpoints recorded"
+        if n < PLANNED_CHECKPOINTS[subset] and verdict != "not measured yet":
+            verdict = f"no verdict yet: {n} of {PLANNED_CHECKPOINTS[subset]} checkpoints recorded"
         rows.append({"claim": claim, "subset": subset, "predictor": predictor,
                      "paper_1B": printed.get((subset, paper_name), np.nan),
                      "authors_recomputed_1B": recomputed.get((subset, AUTHORS_PREDICTOR[predictor]), np.nan),
                      f"ours_{weights}": rho, "low": low, "high": high, "n": n, "attacks": attacks, "verdict": verdict,
-                     "what_follows": _what_follows(predictor, verdict)})
+                     "what_follows": next((t for start, t in _FOLLOWS[predictor] if verdict.startswith(start)), "")})
     return pd.DataFrame(rows)
 
 
 def beside(claims_: pd.DataFrame, other: pd.DataFrame) -> pd.DataFrame:
-    """``claims_`` (:func:`claims` of one precision) with the same claims measured in another
-    precision (``other``, :func:`claims` row for row) in one column more, ``ours_<weights>``: its
-    ρ with interval, ``n`` and the first words of its verdict, in one cell; on the L2 rows, whose
-    verdict is on ρ(L2) − ρ(FRAG), that difference with its interval too, and whether L2's own ρ
-    is reversed."""
+    """``claims_`` with the same claims in another precision (``other``) in one column more: ρ with interval, ``n``,
+    the verdict's first words and, on the L2 rows, ρ(L2) − ρ(FRAG) with its interval and whether L2 is reversed."""
     weights = next(c for c in other.columns if c.startswith("ours_"))
-    if weights in claims_.columns:
-        raise ValueError(f"both claims tables have {weights}: pass the claims of two precisions")
-    keys = ["claim", "subset", "predictor"]
-    if not other[keys].reset_index(drop=True).equals(claims_[keys].reset_index(drop=True)):
-        raise ValueError("the two claims tables differ in their rows: pass two outputs of analysis.claims")
 
     def cell(r: pd.Series) -> str:
         if not r.n:
@@ -294,13 +197,7 @@ _FOLLOWS = {"FRAG_x100": (("supported", "at 135M too, the larger the FRAG gap, t
                        ("reversed", "global L2 ranks robustness better than FRAG at 135M"),
                        ("not resolved", "these checkpoints cannot tell L2 and FRAG apart"))}
 
-
-def _what_follows(predictor: str, verdict: str) -> str:
-    return next((text for start, text in _FOLLOWS[predictor] if verdict.startswith(start)), "")
-
-
 # -- the paper's Table 1 claim: FRP keeps the least after each attack --------------------------
-PAPER_TABLE1 = ("scale", "method", "attack", "es", "delta_es", "utility")
 TABLE1_BASELINES = ("ga", "graddiff", "npo", "rmu", "sp")
 # this repository's model labels (recorded.short_label) -> the paper's Table 1 rows
 TABLE1_KEYS = {"gold": "gold", "GA": "ga", "GradDiff": "graddiff", "NPO": "npo", "RMU": "rmu", "SP": "sp",
@@ -312,12 +209,7 @@ _ATTACK_NAMES = {"retain": "retain", "forget": "forget", "forget_retain": "forge
 def paper_table1() -> pd.DataFrame:
     """The paper's Table 1 at Llama-3.2-1B (``data/reference/paper_table1.csv``): per method and
     attack (``none`` for the unlearned model), forget ES, ΔES and Model Utility."""
-    from ..paths import DATA_DIR
-
-    table = pd.read_csv(DATA_DIR / "reference" / "paper_table1.csv")
-    if tuple(table.columns) != PAPER_TABLE1:
-        raise ValueError(f"paper_table1.csv has columns {list(table.columns)}, expected {list(PAPER_TABLE1)}.")
-    return table
+    return pd.read_csv(paths.DATA_DIR / "reference" / "paper_table1.csv")
 
 
 def _lowest(values: pd.Series, frp: float) -> tuple[str, bool]:
@@ -327,19 +219,12 @@ def _lowest(values: pd.Series, frp: float) -> tuple[str, bool]:
 
 def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: str = "bf16",
                   min_utility_fraction: float = 0.5, seed_spread: float = float("nan")) -> pd.DataFrame:
-    """The paper's Table 1 claim, "FRP achieves the lowest post-attack ES/ΔES", one row per attack:
-    FRP (P 0) against the lowest of the baselines (GA, GradDiff, NPO, RMU, SP), forget ES after the
-    attack and ΔES, in the paper at 1B and here (``table1``: :func:`frag_utils.report.tables.table1`,
-    averaged over the three splits, each attack at the mean over its seeds: a few, so no
-    interval). The paper's premise is that "a
-    utility-collapsed model is not meaningfully robust": the verdict names FRP and the baselines it
-    is compared with whose unlearned model, before any attack, has Model Utility (averaged over the
-    splits) below ``min_utility_fraction`` of the target's, and FRP's low ES is not called robust
-    when FRP is one of them. The verdict is read off the numbers. ``weights`` picks the precision
-    of ``table1``'s rows (the paper's numbers beside them are bf16 storage at 1B either way). A
-    margin between FRP and the lowest baseline smaller than ``seed_spread`` (the largest range of
-    ΔES over the attack seeds of one checkpoint) is named in the verdict as not resolved: a
-    conservative rule where the numbers are means over a few seeds, which move less than one seed."""
+    """The paper's Table 1 claim, "FRP achieves the lowest post-attack ES/ΔES", one row per attack: FRP (P 0)
+    against the lowest baseline, forget ES after the attack and ΔES, in the paper at 1B and here (``table1``'s
+    rows of ``weights``, each attack at the mean over its few seeds), with a verdict read off the numbers. It
+    names the compared models below ``min_utility_fraction`` of the target's utility ("a utility-collapsed model
+    is not meaningfully robust"), and calls a margin under ``seed_spread`` (the widest range of ΔES over one
+    checkpoint's seeds: conservative, as means over a few seeds move less) not resolved."""
     paper = paper_table1()
     ours = table1[table1.weights.eq(weights) & table1.model.isin(list(TABLE1_KEYS))] if len(table1) else table1
     ours = ours.set_index(ours.model.map(TABLE1_KEYS)) if len(ours) else ours
@@ -353,9 +238,6 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
         compared = ["frp_p0", *TABLE1_BASELINES]
         known = bool(len(ours)) and set(compared) <= set(ours.index)
         known = known and bool(ours.loc[compared, cols].notna().all().all())
-        row = {"claim": f"FRP (P 0) keeps the lowest forget ES and ΔES after the {name} attack", "attack": attack,
-               "weights": weights,
-               "paper_1B_es": p_es, "paper_1B_delta_es": p_delta}
         if known:
             base = ours.loc[list(TABLE1_BASELINES)]
             es, es_low = _lowest(base[cols[0]], ours.loc["frp_p0", cols[0]])
@@ -382,8 +264,9 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
         else:
             es = delta = verdict = "not measured yet"
             mu, follows = float("nan"), ""
-        rows.append({**row, "ours_es": es, "ours_delta_es": delta,
-                     "frp_model_utility": mu, "verdict": verdict, "what_follows": follows})
+        rows.append({"claim": f"FRP (P 0) keeps the lowest forget ES and ΔES after the {name} attack", "attack": attack,
+                     "weights": weights, "paper_1B_es": p_es, "paper_1B_delta_es": p_delta, "ours_es": es,
+                     "ours_delta_es": delta, "frp_model_utility": mu, "verdict": verdict, "what_follows": follows})
     return pd.DataFrame(rows)
 
 
@@ -396,69 +279,47 @@ FRAGILE_PART = "real_authors_perturbed/rouge"
 HEALTHY_RULES = {"paper": "Model Utility at least half the target's",
                  "parts": f"Model Utility without {FRAGILE_PART} at least half the target's"}
 MIN_FORGETTING = 0.1  # forget ES at least this far below the target's: the checkpoint unlearned something
-
-
-def utility_without(parts: dict[str, float], drop: Sequence[str] = (FRAGILE_PART,)) -> float:
-    """Model Utility (the harmonic mean of :data:`UTILITY_PARTS`) recomputed without the parts
-    named in ``drop``; with nothing dropped, the recorded Model Utility itself.
-
-    Raises:
-        ValueError: a part of :data:`UTILITY_PARTS` is missing from ``parts``.
-    """
-    from ..metrics import harmonic_mean
-
-    missing = [k for k in UTILITY_PARTS if k not in parts]
-    if missing:
-        raise ValueError(f"Model Utility's parts {missing} are not in the record.")
-    return harmonic_mean([parts[k] for k in UTILITY_PARTS if k not in drop])
-
-
-def healthy_by_rule(df: pd.DataFrame, min_utility_fraction: float = 0.5,
-                    min_forgetting: float = MIN_FORGETTING) -> pd.DataFrame:
-    """``df`` (one row per checkpoint: ``es``, ``target_es``, ``model_utility``,
-    ``target_model_utility``, ``utility_wo_fragile``, ``target_utility_wo_fragile``) with
-    ``forgets`` (forget ES at least ``min_forgetting`` below the target's) and one boolean column
-    per rule of :data:`HEALTHY_RULES`, ``healthy_<rule>``: it forgets and its utility (by that rule)
-    is at least ``min_utility_fraction`` of the target's. Stated before any attack is looked at."""
-    forgets = df.es <= df.target_es - min_forgetting
-    return df.assign(forgets=forgets,
-                     healthy_paper=forgets & (df.model_utility >= min_utility_fraction * df.target_model_utility),
-                     healthy_parts=forgets & (df.utility_wo_fragile
-                                              >= min_utility_fraction * df.target_utility_wo_fragile))
-
-
 PRUNING = ("sp", "frp")
 
 
+def utility_without(parts: dict[str, float]) -> float:
+    """Model Utility (the harmonic mean of :data:`UTILITY_PARTS`) without :data:`FRAGILE_PART`."""
+    from ..metrics import harmonic_mean
+
+    return harmonic_mean([parts[k] for k in UTILITY_PARTS if k != FRAGILE_PART])
+
+
+def healthy_by_rule(df: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with ``forgets`` (:data:`MIN_FORGETTING`) and, per rule of :data:`HEALTHY_RULES`, ``healthy_<rule>``:
+    it forgets and keeps half the target's utility by that rule. Stated before any attack is looked at."""
+    forgets = df.es <= df.target_es - MIN_FORGETTING
+    return df.assign(forgets=forgets, healthy_paper=forgets & (df.model_utility >= 0.5 * df.target_model_utility),
+                     healthy_parts=forgets & (df.utility_wo_fragile >= 0.5 * df.target_utility_wo_fragile))
+
+
 def frontier_subsets(df: pd.DataFrame) -> dict[str, pd.Series]:
-    """Table 3's columns on the frontier: all, without FRP (the paper's two), each family, and,
-    where checkpoints of several forget splits are attacked, each split alone (does a reading of
-    one split hold on the other?)."""
+    """Table 3's columns on the frontier: the paper's two, each family, and each forget split alone where
+    several are attacked (does a reading of one split hold on the other?)."""
     subsets = {"all": df.method.ne(""), "w/o FRP": df.method.ne("frp"), "pruning": df.method.isin(PRUNING),
                "dense": ~df.method.isin(PRUNING)}
-    splits = list(dict.fromkeys(df.forget_split)) if "forget_split" in df else []
+    splits = list(dict.fromkeys(df.forget_split))
     return {**subsets, **({s: df.forget_split.eq(s) for s in splits} if len(splits) > 1 else {})}
 
 
-def frontier_table3(df: pd.DataFrame, predictors: Sequence[str] = PAPER_TABLE3_PREDICTORS, target: str = "delta_es",
-                    n_boot: int = 2000, seed: int = 0, min_checkpoints: int = 4) -> pd.DataFrame:
-    """Table 3 on a set of attacked checkpoints (``target`` a list of seeds each): per subset of
-    :func:`frontier_subsets` with at least ``min_checkpoints`` checkpoints, and predictor, the
-    pooled ρ with its interval over methods, checkpoints and seeds and its permutation p-value
-    (:func:`predictor_table`), and the within-method ρ (:func:`stratified_spearman`: within each
-    method on each forget split, ``within_strata`` of them with a ρ) with its own interval and its
-    p-value from reorderings within those strata."""
+def frontier_table3(df: pd.DataFrame, predictors: Sequence[str] = PAPER_TABLE3_PREDICTORS,
+                    n_boot: int = 2000) -> pd.DataFrame:
+    """Table 3 per subset of :func:`frontier_subsets` with four checkpoints: the pooled ρ and the within-method ρ
+    (within each method on each split: ``within_strata`` have one) with its interval and stratified p-value."""
     rows = []
     for name, mask in frontier_subsets(df).items():
         part = df[mask]
-        if len(part) < min_checkpoints:
+        if len(part) < 4:
             continue
-        pooled = predictor_table(part, {name: pd.Series(True, index=part.index)}, predictors, target, n_boot, seed)
-        cells = list(part[GROUP_BY] + " " + part.forget_split) if "forget_split" in part else list(part[GROUP_BY])
+        pooled = predictor_table(part, {name: pd.Series(True, index=part.index)}, predictors, n_boot)
+        cells = list(part[GROUP_BY] + " " + part.forget_split)
         for r, p in zip(pooled.to_dict("records"), predictors):
-            within = stratified_spearman(part[p], part[target], list(part[GROUP_BY]), n_boot=n_boot, seed=seed,
-                                         cells=cells)
-            perm = permutation_spearman(part[p], part[target], seed=seed, strata=cells)
+            within = stratified_spearman(part[p], part.delta_es, list(part[GROUP_BY]), n_boot=n_boot, cells=cells)
+            perm = permutation_spearman(part[p], part.delta_es, strata=cells)
             rows.append({**r, "within_rho": within["rho"], "within_low": within["low"],
                          "within_high": within["high"], "within_p_perm": perm["p"],
                          "within_strata": sum(1 for rho, _ in within["per_group"].values() if np.isfinite(rho))})
@@ -475,33 +336,27 @@ PAPER_IMPORTANCE_RHO = {"activation": -0.92, "fisher": 0.57, "influence": 0.25, 
 BARRIER_BUMP = 1e-3
 # The paper's tab:lmc at 1B: family -> (checkpoints, the barrier's range as printed)
 PAPER_LMC = {"dense and FRP": (42, "0.000"), "SP": (4, "0.076-0.387")}
-
-
 # what the importance tables rank per importance term: the FRAG gap (Eq. 5) and cos(F, ΔW²) alone,
 # which the paper's printed "activation" value is (its Table 3 FRAG column: the authors' REPRODUCE.md)
 IMPORTANCE_SCORES = {"FRAG_x100": "FRAG gap (Eq. 5)", "A_f_x100": "cos(F, ΔW²)"}
 
 
 def importance_columns(scored: pd.DataFrame) -> list[str]:
-    """The ``<score>:<term>`` columns of ``scored`` (:data:`IMPORTANCE_SCORES`), in
-    :data:`IMPORTANCE_REQUIRES`' order."""
+    """The ``<score>:<term>`` columns of ``scored``, in :data:`IMPORTANCE_REQUIRES`' order."""
     return [f"{s}:{k}" for s in IMPORTANCE_SCORES for k in IMPORTANCE_REQUIRES if f"{s}:{k}" in scored]
 
 
 def importance_rows(table: pd.DataFrame) -> pd.DataFrame:
-    """A ρ table over ``<score>:<term>`` predictors, with the score, the term, what the term needs and
-    the paper's 1B ρ for the term (beside both scores: the paper calls it FRAG's, and its activation
-    value is the printed Table 3 FRAG, which the authors' recomputation finds to be cos(F, ΔW²))."""
+    """A ρ table over ``<score>:<term>`` predictors with the score, the term, what it needs and the paper's
+    1B ρ for it (beside both scores: its activation value is the printed Table 3 FRAG, i.e. cos(F, ΔW²))."""
     score, kind = table.predictor.str.split(":").str[0], table.predictor.str.split(":").str[1]
     return table.assign(score=score.map(IMPORTANCE_SCORES), importance=kind, requires=kind.map(IMPORTANCE_REQUIRES),
                         paper_1B=kind.map(PAPER_IMPORTANCE_RHO))
 
 
 def lmc_table(df: pd.DataFrame) -> pd.DataFrame:
-    """The paper's ``tab:lmc`` on a set of checkpoints (``method`` and ``barrier`` per row): per
-    family (dense: GA, GradDiff, NPO, RMU; FRP; SP) the checkpoints, the barrier's least and largest
-    value, and how many exceed :data:`BARRIER_BUMP`, beside the paper's 1B values (which pool dense
-    and FRP)."""
+    """The paper's ``tab:lmc``: per family (dense, FRP, SP) the checkpoints, the barrier's least and largest
+    value, and how many exceed :data:`BARRIER_BUMP`, beside the paper's 1B values (dense and FRP pooled)."""
     family = df.method.map(lambda m: "SP" if m == "sp" else "FRP" if m == "frp" else "dense")
     rows = []
     for name in ("dense", "FRP", "SP"):
@@ -515,44 +370,33 @@ def lmc_table(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def detectable_rho(n: int, level: float = 0.95, power: float = 0.8) -> float:
-    """The smallest |ρ| that ``n`` independent checkpoints detect with ``power`` at two-sided
-    ``level`` (Fisher's z with Spearman's variance 1.06 / (n − 3)). A floor: checkpoints of a few
-    methods are not independent, so the design detects less."""
+    """The smallest |ρ| that ``n`` independent checkpoints detect (Fisher's z, Spearman's variance 1.06 / (n − 3)):
+    a floor, as checkpoints of a few methods are not independent."""
     if n < 4:
         return float("nan")
     z = (stats.norm.ppf(1 - (1 - level) / 2) + stats.norm.ppf(power)) * np.sqrt(1.06 / (n - 3))
     return float(np.tanh(z))
 
 
-def utility_bands(df: pd.DataFrame, edges: Sequence[float] = (0.5, 0.75, 1.0, np.inf),
-                  value: str = "delta_es") -> pd.DataFrame:
-    """The paper's "ΔES at matched utility" (Appendix, ``ctrl_matched_utility``): checkpoints grouped
-    by Model Utility as a fraction of the target's (bands between ``edges``), and per band and
-    method the mean ``value`` (a list of seeds each: their mean first) over its checkpoints, with
-    how many; FRP's beside each other method's in the same band is the comparison."""
+def utility_bands(df: pd.DataFrame, edges: Sequence[float] = (0.5, 0.75, 1.0, np.inf)) -> pd.DataFrame:
+    """The paper's "ΔES at matched utility" (``ctrl_matched_utility``): per band of utility over the target's and
+    method, the checkpoints and their mean ΔES; FRP's beside each other method's in the same band is the comparison."""
     frac = df.model_utility / df.target_model_utility
     labels = [f"{lo:g}-{hi:g}" if np.isfinite(hi) else f">= {lo:g}" for lo, hi in zip(edges[:-1], edges[1:])]
     band = pd.cut(frac, list(edges), right=False, labels=labels)
-    means = df[value].map(lambda v: float(np.mean(v)) if np.ndim(v) else float(v))
-    out = pd.DataFrame({"band": band, "model": df.model, "value": means, "es_after": df.es_before + means})
-    out = out.dropna(subset=["band"]).groupby(["band", "model"], observed=True).agg(
-        checkpoints=("value", "size"), **{value: ("value", "mean")}, es_after=("es_after", "mean")).reset_index()
-    return out
+    means = df.delta_es.map(lambda v: float(np.mean(v)) if np.ndim(v) else float(v))
+    out = pd.DataFrame({"band": band, "model": df.model, "delta_es": means, "es_after": df.es_before + means})
+    return out.dropna(subset=["band"]).groupby(["band", "model"], observed=True).agg(
+        checkpoints=("delta_es", "size"), delta_es=("delta_es", "mean"), es_after=("es_after", "mean")).reset_index()
 
 
 def headline(table3: pd.DataFrame, subset: str = "all") -> pd.DataFrame:
-    """The README's one short table: per predictor of Table 3 over ``subset`` (``table3``:
-    :func:`table3_beside_authors` rows of one set of checkpoints), what the paper prints at 1B (its
-    FRAG column, which is cos F, in the FRAG row, as the paper names it), the authors' recomputation
-    from their checkpoints at 1B, this repository's ρ with its interval, and the checkpoints and
-    methods behind it. No sentence in a cell; a value the paper does not print is a dash."""
+    """The README's one short table: per predictor of Table 3 over ``subset``, the paper's value at 1B (its FRAG
+    column, cos F, in the FRAG row as it names it), the authors' recomputation, ours with its interval and n."""
     def signed(v: float) -> str:
         return "—" if pd.isna(v) else f"{v:+.2f}"
 
-    authors = authors_table3()
-    printed = authors[authors.scale.eq("1B") & authors.source.str.startswith("paper")]
-    printed = printed.assign(predictor=printed.predictor.replace({"frag_printed": "frag_gap"}))
-    printed = printed.set_index(["subset", "predictor"]).rho
+    printed = _authors_rho("1B", printed=True).rename(index={"frag_printed": "frag_gap"})
     if not len(table3):  # nothing attacked yet (a partial grid, the paper dry run's first collection)
         return pd.DataFrame(columns=["predictor", "paper_1B", "authors_1B", "ours", "n"])
     rows = table3[table3.subset.eq(subset)]

@@ -1,8 +1,6 @@
-"""Notebook 09 in one object. Each table or figure is declared once (:class:`Table`) beside the
-function that builds it, in one module per family (``DECLARED`` and ``build(book)``, which may read
-what an earlier chapter kept on the book); each carries the runs it was built from (:func:`sourced`)
-to its provenance file; :class:`Book` reads the records once and builds a family per call.
-"""
+"""Notebook 09 in one object: each family module declares its tables (``DECLARED``) and builds them
+(``build(book)``, which may read what an earlier chapter kept on the book), each carrying the runs it was built
+from (:func:`sourced`) to its provenance file; :class:`Book` reads the records once, builds a family per call."""
 from __future__ import annotations
 
 import re
@@ -68,8 +66,7 @@ def _is_run(df: pd.DataFrame, column: str) -> bool:
 
 
 def short_verdict(text: Any) -> Any:
-    """A verdict as a table shows it: each clause without its parenthesis, and cut at its first colon
-    where it is long; the CSV keeps every word."""
+    """A verdict as a table shows it: no parentheses, a long clause cut at its first colon (the CSV keeps all)."""
     if not isinstance(text, str):
         return text
     clauses = [re.sub(r" \([^()]*(\([^()]*\)[^()]*)*\)", "", c).strip() for c in text.split("; ")]
@@ -79,9 +76,8 @@ def short_verdict(text: Any) -> Any:
 
 
 def for_the_eye(df: pd.DataFrame, table: Table) -> tuple[pd.DataFrame, dict[str, str]]:
-    """The table as its Markdown shows it, and the formats of what is left: no run paths or
-    :data:`HIDDEN` columns, each interval in one cell (``+0.03 [-0.36, +0.58]``), at most
-    :data:`MAX_COLUMNS` columns (``table.shown`` says which where more are left). The CSV keeps all."""
+    """The table as its Markdown shows it, and the formats of what is left: no run paths or :data:`HIDDEN`
+    columns, each interval in one cell, at most :data:`MAX_COLUMNS` columns (``table.shown``)."""
     formats = dict(table.formats)
     out = df[[c for c in df.columns if not _is_run(df, c) and c not in HIDDEN]].copy()
     for prefix in ("", "within_"):
@@ -106,9 +102,8 @@ def for_the_eye(df: pd.DataFrame, table: Table) -> tuple[pd.DataFrame, dict[str,
 
 
 def write(out_dir: Path, prov: dict, built: dict[Table, Any]) -> list[str]:
-    """Write each non-empty table, then each figure, to ``out_dir`` with a provenance file naming
-    its source runs, and remove every other table or figure there (one that came out empty, or
-    that this code no longer makes). Returns the names written."""
+    """Write each non-empty table, then each figure, to ``out_dir`` with a provenance file naming its
+    source runs, remove every other one there (empty now, or no longer made); returns the names written."""
     written = []
     for table, obj in sorted(built.items(), key=lambda item: item[0].figure):
         if table.figure:
@@ -134,16 +129,11 @@ def write(out_dir: Path, prov: dict, built: dict[Table, Any]) -> list[str]:
     return written
 
 
-def families() -> tuple:
-    """The families of tables, in chapter order (their modules import this one)."""
+def tables() -> list[Table]:
+    """Every declared table and figure, in chapter order (the families' modules import this one)."""
     from . import controls, frontier, grid, paper, targets, variants
 
-    return frontier, paper, targets, controls, variants, grid
-
-
-def tables() -> list[Table]:
-    """Every declared table and figure, in chapter order."""
-    return [t for family in families() for t in family.DECLARED]
+    return [t for family in (frontier, paper, targets, controls, variants, grid) for t in family.DECLARED]
 
 
 class Book:
@@ -162,8 +152,7 @@ class Book:
               f"{self.records.stale or 'none'}")
 
     def chapter(self, family: Any, display: bool = True) -> dict[str, Any]:
-        """Build one family, keep it for writing, show each table (a figure shows as the cell ends);
-        returns them by name (a figure as ``<name>.png``)."""
+        """Build one family and keep it for writing, show each table; returns them by name (a figure ``<name>.png``)."""
         built = family.build(self)
         if set(built) - set(family.DECLARED):
             raise ValueError(f"{family.__name__} built tables it does not declare: {set(built) - set(family.DECLARED)}")
@@ -181,10 +170,10 @@ class Book:
     def write(self, out_dir: Path, prov: dict) -> list[str]:
         """Write every table and figure built (:func:`write`), then close the figures."""
         written = write(out_dir, prov, self.built)
-        from .plots import close
+        import matplotlib.pyplot as plt
 
         for fig in (obj for t, obj in self.built.items() if t.figure):
-            close(fig)
+            plt.close(fig)
         return written
 
     def summary(self) -> dict:

@@ -1,27 +1,12 @@
-"""The controls and ablations the claims rest on: noise and matched controls, the FRP ablations
-(the paper's Tables 5-7), notebook 07 on Table 3's checkpoints, the attack's precision. Each stays
-empty until a run of its own is recorded."""
+"""The controls and ablations the claims rest on: noise and matched controls, the FRP ablations (Tables 5-7),
+notebook 07 on Table 3's checkpoints, the attack's precision; each empty until a run of its own is recorded."""
 from __future__ import annotations
 
 import pandas as pd
 
-from . import analysis, plots, tables
+from . import analysis, plots, recorded, tables
 from .book import Table, sourced
-from .recorded import (
-    ABLATIONS_05,
-    ABLATIONS_06,
-    ATTACK_PRECISION_06,
-    CONTROLS_05,
-    CONTROLS_06,
-    DENSE,
-    TABLE3_07,
-    made,
-    name,
-    params,
-    row,
-    scored_by_07,
-    seed_deltas,
-)
+from .recorded import made, name, params, row, scored_by_07, seed_deltas
 
 SPARSITY = dict.fromkeys(("lambda", "sparsity", "frp_sparsity", "sp_sparsity"), "g")
 NOISE, NOISE_FIGURE = Table("noise_controls"), Table("noise_controls", block=False, figure=True)
@@ -41,13 +26,12 @@ def _empty(*declared: Table) -> dict[Table, pd.DataFrame]:
 
 
 def ablations(rec) -> dict[Table, pd.DataFrame]:
-    """The paper's Tables 5-7 on forget10 in bf16, under the retain attack: FRP with λ (the paper's
-    beta), the sparsity or the scoring rule (rows in alphabetical order) varied around the grid's
-    FRP (P 0), which each holds."""
-    centre, found = rec.centre(), rec.methods_of_file(ABLATIONS_05)
+    """The paper's Tables 5-7 on forget10 in bf16 under the retain attack: FRP's λ (the paper's beta), sparsity
+    or scoring rule varied around the grid's FRP (P 0), which each holds."""
+    centre, found = rec.centre(), rec.methods_of_file(recorded.ABLATIONS_05)
     if centre is None or not found:
         return _empty(LAMBDA, SPARSITY_, SCORING)
-    rows = rec.attacked([centre, *found], "retain", (ABLATIONS_06, rec.grid_06))
+    rows = rec.attacked([centre, *found], "retain", (recorded.ABLATIONS_06, rec.grid_06))
     released, default_sparsity = rows.variant.eq("released"), rows.sparsity.eq(0.03)
     chosen = {LAMBDA: (rows[released & default_sparsity], ["lambda"]),
               SPARSITY_: (rows[released & rows["lambda"].eq(0.05)], ["sparsity"]),
@@ -61,37 +45,31 @@ def ablations(rec) -> dict[Table, pd.DataFrame]:
 
 def _noise(rec, centre: dict, found: list[dict]) -> pd.DataFrame:
     """Appendix A.2: the grid's FRP (P 0) on forget10 in bf16 and noise at its L2, under two attacks."""
-    files = (CONTROLS_06, rec.grid_06)
+    files = (recorded.CONTROLS_06, rec.grid_06)
     noise = [r for r in found if row(r)["method"] == "noise"
              and params(r)["match_l2_run"] == name(centre)]  # scaled to this FRP run
     fr = rec.attacked([centre, *noise], "forget_retain", files)
-    retain = rec.attacked([centre, *noise], "retain", (*files, ABLATIONS_06))
+    retain = rec.attacked([centre, *noise], "retain", (*files, recorded.ABLATIONS_06))
     columns = ["model", "es", "model_utility", "l2_all", "A_f_x100", "A_r_x100", "FRAG_x100"]
     table = fr[columns].assign(retain_delta_es=retain.delta_es, forget_retain_delta_es=fr.delta_es, run=fr.run)
     return sourced(table, [*fr.run, *[r for r in (*fr.attack_run, *retain.attack_run) if r]])
 
 
-def _pairs(rec, found: list[dict]) -> list[tuple[str, dict, dict]]:
-    """``(kind, frp, sp)``: FRP against SP at the same budget and at the same update norm."""
-    frp = {name(r): r for r in rec.methods_of_file(ABLATIONS_05) if made(r).get("variant") == "released"
+def _matched(rec, found: list[dict]) -> pd.DataFrame:
+    """Appendix C.4: FRP against SP at the same budget and at the same update norm, under forget+retain."""
+    frp = {name(r): r for r in rec.methods_of_file(recorded.ABLATIONS_05) if made(r).get("variant") == "released"
            and params(r)["frp_lam"] == 0.05}
-    pairs = []
+    pairs = []  # (kind, frp, sp)
     for sp in [r for r in found if row(r)["method"] == "sp"] + rec.forget10_bf16("sp"):
         matched, budget = params(sp)["match_l2_run"], made(sp).get("sparsity")
         partner = frp.get(matched) if matched else next(
             (r for r in frp.values() if r["results"]["made"].get("sparsity") == budget), None)
         if partner is not None:
             pairs.append(("update norm" if matched else "sparsity", partner, sp))
-    return pairs
-
-
-def _matched(rec, found: list[dict]) -> pd.DataFrame:
-    """Appendix C.4: one row per pair of :func:`_pairs`, under forget+retain."""
-    pairs = _pairs(rec, found)
     if not pairs:
         return sourced(pd.DataFrame(), [])
     attacked = rec.attacked([r for _, f, s in pairs for r in (f, s)], "forget_retain",
-                            (CONTROLS_06, rec.grid_06, ABLATIONS_06))
+                            (recorded.CONTROLS_06, rec.grid_06, recorded.ABLATIONS_06))
     rows, read = [], []
     for i, kind in enumerate(kind for kind, _, _ in pairs):
         a, b = attacked.iloc[2 * i], attacked.iloc[2 * i + 1]
@@ -105,20 +83,18 @@ def _matched(rec, found: list[dict]) -> pd.DataFrame:
 
 def controls(rec) -> dict[Table, pd.DataFrame]:
     """The noise controls and the matched controls."""
-    centre, found = rec.centre(), rec.methods_of_file(CONTROLS_05)
+    centre, found = rec.centre(), rec.methods_of_file(recorded.CONTROLS_05)
     if centre is None or not found:
         return _empty(NOISE, MATCHED)
     return {NOISE: _noise(rec, centre, found), MATCHED: _matched(rec, found)}
 
 
 def attack_precision(rec) -> pd.DataFrame:
-    """The bf16 set's models under the grid's forget+retain attack with the weights in bf16 (as
-    unlearned; every seed of Table 3's repeats too) and in fp32 (:data:`ATTACK_PRECISION_06`), beside
-    the fp32 set's model under its own attack, per split and method, then each method's mean over the
-    splits (blank until all three are recorded)."""
-    models = [r for r in rec.methods_of_file(rec.grid_05) if row(r)["method"] in (*DENSE, "sp", "frp")
+    """The bf16 set's models under the grid's attack in bf16 (Table 3's seed repeats too) and in fp32, beside the
+    fp32 set's model under its own, per split and method, then each method's mean over the three splits."""
+    models = [r for r in rec.methods_of_file(rec.grid_05) if row(r)["method"] in (*recorded.DENSE, "sp", "frp")
               and params(r).get("weights") == "bf16"]
-    in_fp32 = rec.attacked(models, "forget_retain", ATTACK_PRECISION_06)
+    in_fp32 = rec.attacked(models, "forget_retain", recorded.ATTACK_PRECISION_06)
     if not len(in_fp32) or not in_fp32.attack_run.astype(bool).any():
         return sourced(pd.DataFrame(), [])
     in_bf16 = rec.attacked(models, "forget_retain", (rec.grid_06,))
@@ -151,11 +127,11 @@ def attack_precision(rec) -> pd.DataFrame:
 
 
 def table3_ablations(rec, checkpoints: pd.DataFrame, n_boot: int) -> dict[Table, pd.DataFrame]:
-    """The paper's ``tab:lmc`` and ``importance_variants`` (with Table 3's intervals) on Table 3's
-    checkpoints in bf16 (``checkpoints``, ΔES a list of seeds), from the 07 runs of :data:`TABLE3_07`."""
+    """The paper's ``tab:lmc`` and ``importance_variants`` (with Table 3's intervals) on Table 3's checkpoints
+    in bf16 (``checkpoints``, ΔES a list of seeds), from the 07 runs of :data:`recorded.TABLE3_07`."""
     chosen = checkpoints[checkpoints.weights.eq("bf16")] if len(checkpoints) else checkpoints
     names = list(chosen.unlearned_run) if len(chosen) else []
-    scored, ablation_runs = scored_by_07(rec, TABLE3_07, chosen, names)
+    scored, ablation_runs = scored_by_07(rec, recorded.TABLE3_07, chosen, names)
     if not len(scored):
         return _empty(TABLE3_LMC, TABLE3_IMPORTANCE)
     repeats = [r["run"] for r in rec.forget_retain_repeats(set(scored.unlearned_run))]

@@ -1,6 +1,5 @@
-"""The healthy frontier (``05_unlearn.frontier.yaml``): every method at several strengths; which
-checkpoints forget and stay healthy, read from the unlearning records alone; Table 3 over the
-attacked healthy ones per healthy rule; ΔES at matched utility; notebook 07 on them."""
+"""The healthy frontier: every method at several strengths; which checkpoints forget and stay healthy (from the
+unlearning records alone); Table 3 over the attacked ones per healthy rule; ΔES at matched utility; notebook 07."""
 from __future__ import annotations
 
 import pandas as pd
@@ -31,9 +30,8 @@ COLUMNS = ["model", "method", "forget_split", "strength", "es", "target_es", "mo
 
 
 def candidates(rec) -> pd.DataFrame:
-    """One row per recorded run of the frontier's file: its strength (a dense method's learning rate,
-    a pruner's sparsity), forget ES and Model Utility with and without its fragile part beside the
-    target's, whether it forgets and is healthy by each rule (:func:`analysis.healthy_by_rule`)."""
+    """One row per recorded run of the frontier's file: its strength (a dense method's learning rate, a
+    pruner's sparsity), Model Utility's parts, and whether it forgets and is healthy by each rule."""
     found = rec.methods_of_file(FRONTIER_05)
     rows = []
     for r in found:
@@ -63,8 +61,7 @@ def utility_parts(models: pd.DataFrame) -> pd.DataFrame:
 
 
 def attacked(models: pd.DataFrame, attacks: list[dict]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """``models`` with each attack seed's ΔES, and ES after and the share recovered where attacked;
-    and the attacked ones."""
+    """``models`` with each attack seed's ΔES, ES after and the share recovered; and the attacked ones."""
     seeds = seed_deltas(attacks)
     models = models.assign(delta_es=[seeds.get(run.split("/", 1)[1], []) for run in models.run], es_before=models.es)
     models = models.assign(attack_seeds=models.delta_es.map(len))
@@ -91,26 +88,24 @@ def table3(hit: pd.DataFrame, n_boot: int) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def ablations(rec, either: pd.DataFrame, n_boot: int) -> dict[Table, pd.DataFrame]:
-    """The frontier's notebook-07 runs over ``either`` (attacked, healthy by either rule): the paper's
-    ``tab:lmc`` per family, and its ``importance_variants`` with Table 3's intervals per healthy rule.
-    Empty until a 07 run whose parameters equal its file's has scored a checkpoint."""
+    """The paper's ``tab:lmc`` and ``importance_variants`` (per healthy rule) over ``either`` (attacked, healthy
+    by either rule), from the frontier's notebook-07 runs."""
     scored, ablation_runs = scored_by_07(rec, FRONTIER_07, either, [r.split("/", 1)[1] for r in either.run])
-    read = [*ablation_runs, *scored.run] if len(scored) else []
+    if not len(scored):
+        return {LMC: sourced(pd.DataFrame(), []), IMPORTANCE: sourced(pd.DataFrame(), [])}
     importance = per_rule(scored, lambda chosen, rule: analysis.importance_rows(analysis.frontier_table3(
-        chosen, analysis.importance_columns(chosen), n_boot=n_boot).assign(rule=rule))) if len(scored) else None
-    return {LMC: sourced(analysis.lmc_table(scored) if len(scored) else pd.DataFrame(), read),
-            IMPORTANCE: sourced(importance if len(scored) else pd.DataFrame(), read)}
-
-
-def _ci(r) -> str:
-    return interval(r.rho, r.low, r.high)
+        chosen, analysis.importance_columns(chosen), n_boot=n_boot).assign(rule=rule)))
+    read = [*ablation_runs, *scored.run]
+    return {LMC: sourced(analysis.lmc_table(scored), read), IMPORTANCE: sourced(importance, read)}
 
 
 def verdict(t3: pd.DataFrame, recovered: pd.DataFrame, rule: str = "paper") -> str:
-    """The README's answer in at most three sentences, from the pooled ρ over every healthy checkpoint
-    by ``rule`` (``t3``: ΔES, ``recovered``: the share recovered, post hoc): whether FRAG's gap ranks
-    ΔES, beside global L2, with n and the smallest ρ n detects; then every pooled interval that
-    excludes 0, whichever its sign; then within a method, where strengths add power."""
+    """The README's answer in three sentences, from the pooled ρ over the healthy checkpoints by ``rule``: whether
+    FRAG's gap ranks ΔES, beside global L2, with n and the smallest ρ n detects; every pooled interval (of ΔES
+    or, post hoc, the share recovered) that excludes 0; then within a method, where strengths add power."""
+    def _ci(r) -> str:
+        return interval(r.rho, r.low, r.high)
+
     t = t3[t3.rule.eq(rule) & t3.subset.eq("all")].set_index("predictor")
     rec = recovered[recovered.rule.eq(rule) & recovered.subset.eq("all")].set_index("predictor")
     frag, l2 = t.loc["FRAG_x100"], t.loc["l2_all"]

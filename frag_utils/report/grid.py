@@ -24,9 +24,8 @@ TIMES_SOURCES = ("every run the profile's parameter files list; hours from the r
 
 
 def pilots(rec) -> dict[Table, pd.DataFrame]:
-    """Each dense method in bf16 at several learning rates (the grid's forget10 bf16 runs at the chosen
-    one), and the forget+retain attack at the reference recipe and at the profile's (the grid's own
-    attack of GA on forget10 in bf16 at the latter)."""
+    """Each dense method in bf16 at several learning rates (the grid's at the chosen one), and the forget+retain
+    attack at the reference recipe and at the profile's (the grid's own attack of GA on forget10 in bf16)."""
     strength = rec.methods_of_file(STRENGTH_PILOT) + rec.forget10_bf16(*DENSE)
     ga = {name(r) for r in rec.forget10_bf16("ga")}
     protocol = rec.attacks_of_file(PROTOCOL_PILOT) + [  # the grid's own attack is the scaled recipe on GA

@@ -1,8 +1,5 @@
-"""The paper's checkpoints: the faithful grid's models, the paper's Table 1 (averaged over the splits
-and per split), Table 3 in the paper's protocol per precision (the seed repeats of its attacks in its
-intervals, :func:`frag_utils.report.stats.bootstrap_spearman`), the extended set, their figures; and
-the paper's claims one per row, Table 3's (bf16, fp32 beside it) and Table 1's, and the README's
-first table."""
+"""The paper's checkpoints: the grid's models, Tables 1 and 3 in the paper's protocol (its attacks' seed repeats in
+Table 3's intervals), the extended set, their figures, the paper's claims one per row, the README's first table."""
 from __future__ import annotations
 
 import pandas as pd
@@ -43,8 +40,7 @@ EXTENDED_COLUMNS = ["weights", "model", "forget_split", "reason", "delta_es", "a
 
 
 def grid_rows(rec) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The grid's attacks (:func:`tables.attack_rows`, with the target's ES and Model Utility), and
-    the seed repeats."""
+    """The grid's attacks (with the target's ES and Model Utility) and the seed repeats."""
     found = rec.attacks_of_file(rec.grid_06)
     rows = tables.attack_rows(found, rec.method_by_run, short_label)
     rows = rows.assign(**{k: [row(rec.method_by_run[u])[k] for u in rows.unlearned_run]
@@ -130,26 +126,24 @@ def figures(rec, fr: pd.DataFrame, t3: dict[str, pd.DataFrame]) -> dict[Table, o
 
 def same_attack_but_the_seed(repeats: list[dict], attacks: list[dict]) -> None:
     """Refuse a seed repeat that differs from its attack in more than the seed, or repeats a seed run."""
+    def key(r):
+        return params(r)["unlearned_run"], params(r)["attack_data"]
+
     def settings(r):
         return {k: v for k, v in params(r).items() if k not in ("seed", "run_name")}
 
-    by_attack = {}
-    for r in attacks:
-        s = settings(r)
-        by_attack[(s["unlearned_run"], s["attack_data"])] = (r, s)
-    seen = {(k, params(r)["seed"]) for k, (r, _) in by_attack.items()}
+    by_attack = {key(r): r for r in attacks}
+    seen = {(k, params(r)["seed"]) for k, r in by_attack.items()}
     for r in repeats:
-        s = settings(r)
-        key = (s["unlearned_run"], s["attack_data"])
-        first, first_settings = by_attack.get(key, (None, None))
-        if first is not None and first_settings != s:
-            differ = sorted(k for k in s.keys() | first_settings.keys() if s.get(k) != first_settings.get(k))
+        first = by_attack.get(key(r))
+        if first is not None and settings(first) != settings(r):
+            a, b = settings(first), settings(r)
+            differ = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
             raise ValueError(f"{r['run']} repeats {first['run']} at another seed but differs in {differ}: make the "
                              "parameter files agree (the grid's attack file and its seed-repeat files).")
-        seed = (key, params(r)["seed"])
-        if seed in seen:
-            raise ValueError(f"{r['run']} repeats an attack at a seed it was already run with ({seed[1]}).")
-        seen.add(seed)
+        if (key(r), params(r)["seed"]) in seen:
+            raise ValueError(f"{r['run']} repeats an attack at a seed it was already run with ({params(r)['seed']}).")
+        seen.add((key(r), params(r)["seed"]))
 
 
 def _keyed_in(df: pd.DataFrame, other: pd.DataFrame) -> list[bool]:
@@ -159,9 +153,8 @@ def _keyed_in(df: pd.DataFrame, other: pd.DataFrame) -> list[bool]:
 
 
 def table1_claims(rec, rows: pd.DataFrame) -> pd.DataFrame:
-    """Table 1's claims (:func:`analysis.table1_claims`) in bf16, and in fp32 for the attacks recorded
-    in fp32, each attack at the mean over its seeds (Table 3's repeats, :data:`MARGIN_SEEDS_06`); a
-    margin inside the widest range of one checkpoint's seeds is not resolved; FRP's seeds counted."""
+    """Table 1's claims (:func:`analysis.table1_claims`) in bf16, and in fp32 for the attacks recorded in fp32,
+    each attack at the mean over its seeds (Table 3's repeats, :data:`MARGIN_SEEDS_06`), FRP's counted."""
     repeat_records, margin_records = rec.attacks_of_file(rec.seeds_06), rec.attacks_of_file(MARGIN_SEEDS_06)
     same_attack_but_the_seed([*repeat_records, *margin_records], rec.attacks_of_file(rec.grid_06))
     repeats = tables.attack_rows(repeat_records, rec.method_by_run, short_label)
@@ -192,16 +185,14 @@ def headline(book) -> pd.DataFrame:
     """The README's first table (:func:`analysis.headline`): over the healthy frontier (the paper's
     rule) once four checkpoints are attacked, until then over the paper's Table 3 in bf16."""
     ft3, t3 = book.frontier_table3, book.table3
-    on_frontier = bool(len(ft3)) and ft3.rule.eq("paper").any()
-    chosen = ft3 if on_frontier else t3
-    table = analysis.headline(ft3[ft3.rule.eq("paper")] if on_frontier else t3[t3.weights.eq("bf16")] if len(t3)
-                              else t3)
-    return sourced(table, chosen.attrs["source_runs"])
+    if len(ft3) and ft3.rule.eq("paper").any():
+        return sourced(analysis.headline(ft3[ft3.rule.eq("paper")]), ft3.attrs["source_runs"])
+    return sourced(analysis.headline(t3[t3.weights.eq("bf16")] if len(t3) else t3), t3.attrs["source_runs"])
 
 
 def build(book) -> dict[Table, object]:
-    """The chapter (after the frontier's: the headline reads its Table 3); keeps the grid's attacks
-    (``book.grid_rows``), Table 3 and its checkpoints (ΔES a list of seeds) for later chapters."""
+    """The chapter (after the frontier's, whose Table 3 the headline reads); keeps the grid's attacks, Table 3
+    and its checkpoints (ΔES a list of seeds) on the book for later chapters."""
     rec = book.records
     found = rec.methods_of_file(rec.grid_05)
     print(f"{len(found)} of {len(rec.planned('05_unlearn', rec.grid_05))} runs of {rec.grid_05} recorded")

@@ -1,11 +1,6 @@
-"""The figures notebook 09 draws, each from one of its tables only.
-
-Every function returns a matplotlib figure (the notebook shows it inline and
-:func:`frag_utils.records.write_figure` saves it as PNG). The Agg backend is used when no other
-was chosen, so nothing here opens a window; layouts are fixed, so a figure's bytes depend on its
-table only. Every figure has one legend, no per-point text, at most 2 x 2 panels, the same colour for a
-model in every figure, and a title that says what to look at.
-"""
+"""Notebook 09's figures, each of one of its tables only, with fixed layouts (a figure's bytes depend on its table
+alone) and Agg unless another backend was chosen (nothing opens a window); each has one legend, no per-point text,
+at most 2 x 2 panels, a colour per model shared by all, and a title that says what to look at."""
 from __future__ import annotations
 
 from typing import Any
@@ -36,6 +31,8 @@ MODEL_ORDER = ("gold", "GA", "GradDiff", "NPO", "RMU", "SP", "FRP (P 0)", "FRP (
 SPLIT_MARKERS = {"forget10": "o", "forget05": "s", "forget01": "^"}
 PANEL_PREDICTORS = ("FRAG_x100", "l2_all")  # the paper's predictor against the distance it says is not enough
 LEGEND_AT = 0.85  # the legend sits right of the panels, from this fraction of the figure's width
+NOISE_PANELS = {"FRAG_x100": "FRAG gap (Eq. 5) x100", "l2_all": "global L2", "es": "forget ES before the attack",
+                "forget_retain_delta_es": "ΔES (forget+retain attack)"}
 
 
 def colours(sns: Any, labels: Any) -> dict:
@@ -52,8 +49,8 @@ def _mean(seeds: Any) -> float:
     return float(np.mean(np.atleast_1d(np.asarray(seeds, float))))
 
 
-def _legend(fig: Any, colour: dict, splits: Any) -> None:
-    """One legend for the figure: a coloured marker per model, a grey marker per split."""
+def _finish(fig: Any, colour: dict, splits: Any, title: str) -> Any:
+    """The figure with its title and one legend right of its panels (a colour per model, a marker per split)."""
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=c, marker="o", lw=1, markeredgecolor="black", markeredgewidth=0.4, label=m)
@@ -61,11 +58,13 @@ def _legend(fig: Any, colour: dict, splits: Any) -> None:
     handles += [Line2D([], [], color="grey", marker=SPLIT_MARKERS.get(s, "o"), lw=0, label=s)
                 for s in dict.fromkeys(splits)]
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(LEGEND_AT, 0.5), fontsize=7, frameon=False)
+    fig.suptitle(title, fontsize=8.5)
+    fig.tight_layout(rect=(0, 0, LEGEND_AT, 1))
+    return fig
 
 
 def _points(ax: Any, pts: pd.DataFrame, x: str, y: str, colour: dict, join: str | None) -> None:
-    """A marker per checkpoint (colour the model, shape the split); with ``join``, the checkpoints of
-    one model and split joined in that column's order, so a method's direction shows."""
+    """A marker per checkpoint; with ``join``, one model's checkpoints on a split joined in that column's order."""
     for (label, split), g in pts.groupby(["model", "forget_split"], sort=False):
         if join and len(g) > 1:
             g = g.sort_values(join)
@@ -75,8 +74,7 @@ def _points(ax: Any, pts: pd.DataFrame, x: str, y: str, colour: dict, join: str 
 
 
 def _x_axis(ax: Any, values: pd.Series, name: str) -> None:
-    """Label the x axis; a log scale where the values are positive and span more than 30x (the dense
-    methods' updates are a hundred times smaller than the pruners')."""
+    """Label the x axis, in log scale where positive values span over 30x (dense updates are 100x smaller)."""
     if len(values) and (values > 0).all() and values.max() / values.min() > 30:
         ax.set_xscale("log")
         name += " (log scale)"
@@ -92,10 +90,8 @@ def _rho(name: str, r: Any, within: bool = False) -> str:
 
 
 def frontier_panels(models: pd.DataFrame, table: pd.DataFrame, rule: str = "paper") -> Any:
-    """The README's figure: ΔES (the mean of each checkpoint's attack seeds) against FRAG's gap and
-    against global L2, one marker per healthy checkpoint by ``rule`` (``models``: the frontier's
-    ``frontier_models``), a method's strengths joined; each title gives the pooled and the
-    within-method ρ with their intervals (``table``: ``frontier_table3``)."""
+    """The README's figure: mean ΔES over seeds against FRAG's gap and global L2 over the healthy checkpoints
+    by ``rule``, a method's strengths joined; each title gives the pooled and the within-method ρ with intervals."""
     plt, sns = _pyplot()
     pts = models[models.attack_seeds.gt(0) & models[f"healthy_{rule}"]]
     pts = pts.assign(mean_delta=pts.delta_es.map(_mean))
@@ -107,20 +103,14 @@ def frontier_panels(models: pd.DataFrame, table: pd.DataFrame, rule: str = "pape
         ax.set_title(_rho(PREDICTOR_NAMES[p], rho.loc[p], within=True), fontsize=8)
         _x_axis(ax, pts[p], PREDICTOR_NAMES[p])
     axes[0].set_ylabel("ΔES, forget+retain attack\n(mean of its seeds)", fontsize=8)
-    _legend(fig, colour, pts.forget_split)
     r = rho.loc[PANEL_PREDICTORS[0]]
-    fig.suptitle(f"Healthy frontier, {int(r.n)} checkpoints of {int(r.methods)} methods: does the predictor rank "
-                 "ΔES? Lines join one method's strengths", fontsize=8.5)
-    fig.tight_layout(rect=(0, 0, LEGEND_AT, 1))
-    return fig
+    return _finish(fig, colour, pts.forget_split, f"Healthy frontier, {int(r.n)} checkpoints of {int(r.methods)} "
+                   "methods: does the predictor rank ΔES? Lines join one method's strengths")
 
 
 def table3_panels(checkpoints: pd.DataFrame, table: pd.DataFrame, subset: str = "all") -> Any:
-    """The paper's Table 3 checkpoints: a row of two panels per weight precision, ΔES against FRAG's
-    gap and global L2, each checkpoint a marker at its mean ΔES with its seeds as faint dots
-    (``checkpoints``: ``weights``, ``model``, ``forget_split``, the predictors, ``delta_es`` as the
-    list of its seeds), ρ over ``subset`` in each title (``table``: :func:`analysis.paper_table3`
-    rows with a ``weights`` column)."""
+    """The paper's Table 3 checkpoints per weight precision: ΔES against FRAG's gap and global L2, a marker at
+    each checkpoint's mean with its seeds as faint dots, ρ over ``subset`` (``table``: ``paper_table3``) in titles."""
     plt, sns = _pyplot()
     pts = checkpoints.assign(mean_delta=checkpoints.delta_es.map(_mean))
     precisions = list(dict.fromkeys(pts.weights))
@@ -137,44 +127,35 @@ def table3_panels(checkpoints: pd.DataFrame, table: pd.DataFrame, subset: str = 
             ax.set_title(f"{weights} · {_rho(PREDICTOR_NAMES[p], rho.loc[p])}", fontsize=8)
             _x_axis(ax, part[p], PREDICTOR_NAMES[p])
         row[0].set_ylabel("ΔES, forget+retain attack", fontsize=8)
-    _legend(fig, colour, pts.forget_split)
     n = int(table[table.subset.eq(subset)].n.max()) if len(table) else 0
-    fig.suptitle(f"The paper's Table 3 checkpoints ({n} per precision): ΔES against each predictor; faint dots "
-                 "are the attack seeds", fontsize=8.5)
-    fig.tight_layout(rect=(0, 0, LEGEND_AT, 1))
-    return fig
+    return _finish(fig, colour, pts.forget_split, f"The paper's Table 3 checkpoints ({n} per precision): ΔES "
+                   "against each predictor; faint dots are the attack seeds")
 
 
 def frontier_by_precision(rows: pd.DataFrame, threshold: float = 0.10) -> Any:
-    """Table 1's grid as a robustness/utility frontier: ΔES under the forget+retain attack against
-    Model Utility before it, a panel per weight precision, colour the model, marker the split
-    (``rows``: ``weights``, ``model``, ``forget_split``, ``model_utility_before``, ``delta_es``)."""
+    """Table 1's grid as a robustness/utility frontier: ΔES under the forget+retain attack against Model
+    Utility before it, a panel per weight precision, colour the model, marker the split."""
     plt, sns = _pyplot()
     precisions = list(dict.fromkeys(rows.weights))
     colour = colours(sns, rows.model)
-    fig, axes = plt.subplots(1, len(precisions), figsize=(4.0 * len(precisions) + 1.4, 3.6), squeeze=False,
-                             sharey=True)
+    fig, axes = plt.subplots(1, len(precisions), figsize=(4.0 * len(precisions) + 1.4, 3.6), squeeze=False, sharey=True)
     for ax, weights in zip(axes[0], precisions):
         _points(ax, rows[rows.weights.eq(weights)], "model_utility_before", "delta_es", colour, join=None)
         ax.axhline(threshold, color="grey", ls=":", lw=1)
         ax.set_title(f"weights {weights}", fontsize=8)
         _x_axis(ax, pd.Series(dtype=float), "Model Utility before the attack")
     axes[0][0].set_ylabel("ΔES, forget+retain attack", fontsize=8)
-    _legend(fig, colour, rows.forget_split)
-    fig.suptitle("Table 1's models: robust (low ΔES) and useful (high utility) sit bottom right", fontsize=8.5)
-    fig.tight_layout(rect=(0, 0, LEGEND_AT, 1))
-    return fig
+    return _finish(fig, colour, rows.forget_split,
+                   "Table 1's models: robust (low ΔES) and useful (high utility) sit bottom right")
 
 
 def per_layer_frag(per_layer: pd.DataFrame) -> Any:
-    """Where FRAG's gap comes from: each model's contribution per decoder block as a share of the
-    sum of its blocks' absolute contributions (``model``, ``block``, ``contribution_x100``), a line
-    per model, the dense methods and the pruners in two panels (their scales differ a hundredfold)."""
+    """Where FRAG's gap comes from: a line per model, its blocks' contributions as shares of their absolute sum,
+    the dense methods and the pruners in two panels (their scales differ a hundredfold)."""
     plt, sns = _pyplot()
     colour = colours(sns, per_layer.model)
-    share = per_layer.contribution_x100 / per_layer.groupby("model").contribution_x100.transform(
-        lambda v: v.abs().sum())
-    data = per_layer.assign(share=share)
+    total = per_layer.groupby("model").contribution_x100.transform(lambda v: v.abs().sum())
+    data = per_layer.assign(share=per_layer.contribution_x100 / total)
     pruned = data.model.str.startswith(("FRP", "SP"))
     groups = [(title, part) for title, part in (("dense methods and gold", data[~pruned]), ("pruning", data[pruned]))
               if len(part)]
@@ -187,20 +168,12 @@ def per_layer_frag(per_layer: pd.DataFrame) -> Any:
         ax.set_title(title, fontsize=8)
         _x_axis(ax, pd.Series(dtype=float), "decoder block")
     axes[0][0].set_ylabel("share of the model's FRAG gap", fontsize=8)
-    _legend(fig, colour, [])
-    fig.suptitle("Where each model's FRAG gap comes from, block by block", fontsize=8.5)
-    fig.tight_layout(rect=(0, 0, LEGEND_AT, 1))
-    return fig
-
-
-NOISE_PANELS = {"FRAG_x100": "FRAG gap (Eq. 5) x100", "l2_all": "global L2", "es": "forget ES before the attack",
-                "forget_retain_delta_es": "ΔES (forget+retain attack)"}
+    return _finish(fig, colour, [], "Where each model's FRAG gap comes from, block by block")
 
 
 def noise_controls(table: pd.DataFrame) -> Any:
-    """The direction-blind controls beside FRP (``table``: ``model`` and the columns of
-    :data:`NOISE_PANELS`): a panel per quantity, a bar per checkpoint with its value, so noise at
-    FRP's L2 reads against FRP in each."""
+    """The direction-blind controls beside FRP: a panel per quantity of :data:`NOISE_PANELS`, a bar per
+    checkpoint with its value, so noise at FRP's L2 reads against FRP in each."""
     plt, sns = _pyplot()
     fig, axes = plt.subplots(2, 2, figsize=(7.0, 5.0))
     colour = dict(zip(table.model, sns.color_palette("tab10", n_colors=len(table))))
@@ -217,11 +190,4 @@ def noise_controls(table: pd.DataFrame) -> Any:
                  "and recovered", fontsize=8.5)
     fig.tight_layout()
     return fig
-
-
-def close(fig: Any) -> None:
-    """Free a figure once it is saved (and shown)."""
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
 

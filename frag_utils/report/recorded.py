@@ -6,8 +6,10 @@ import functools
 from typing import Iterable
 
 import pandas as pd
+import yaml
 
 from .. import parameters, paths, records, runs
+from .analysis import IMPORTANCE_SCORES
 
 # the faithful grid's parameter files: its models, their attacks, the seed repeats
 GRID_05, GRID_06, SEEDS_06 = "05_unlearn.table1.yaml", "06_attacks.table1.yaml", "06_attacks.table1_seeds.yaml"
@@ -40,8 +42,7 @@ MODEL_COLUMNS = ["model", "method", "weights", "forget_split", "es", "es_retain"
 
 
 def complete_runs(notebook: str, profile: str) -> list[dict]:
-    """Every run of ``notebook`` made with ``profile`` complete by the runner's rule (against its own
-    parameters), in name order, each with its ``run`` (``<notebook>/<run folder>``)."""
+    """Every complete run (by the runner's rule) of ``notebook`` with ``profile``, by name, with its ``run``."""
     nb = parameters.resolve_notebook(notebook)
     found = []
     for file in sorted((paths.RUNS_DIR / notebook).glob("*/" + paths.RESULTS_FILE)):
@@ -69,8 +70,7 @@ def made(record: dict) -> dict:
 
 
 def short_label(record: dict) -> str:
-    """The paper's name of a notebook-05 record's method (FRP with its veto P): its parameter file
-    fixes every other setting."""
+    """The paper's name of a 05 record's method (FRP with its veto P); its parameter file fixes the rest."""
     method, p = row(record)["method"], params(record)
     if method == "noise":
         return f"noise ({p['noise_scale']:g}x FRP's L2)"
@@ -95,15 +95,9 @@ def seed_deltas(attacks: Iterable[dict]) -> dict[str, list[float]]:
 
 
 class Records:
-    """The complete records of ``profile``, and its grid's files: its models (``grid_05``), their
-    attacks (``grid_06``) and the seed repeats (``seeds_06``).
-
-    Attributes:
-        method_runs: every notebook-05 record; ``method_by_run`` by run name.
-        all_attacks: every notebook-06 record by its parameters (:meth:`key`; a run two files list
-            is read once), less the ``stale`` ones: the 05 run they attacked was redone or removed
-            since (its FRAG or L2 are no longer what the attack recorded).
-    """
+    """The complete records of ``profile`` (``method_by_run``: notebook 05's by run name; ``all_attacks``: notebook
+    06's by :meth:`key`, a run two files list read once, less the ``stale`` ones, whose 05 run was redone or removed
+    since: its FRAG or L2 moved), and its grid's files (models, attacks, seed repeats)."""
 
     def __init__(self, profile: str, grid_05: str = GRID_05, grid_06: str = GRID_06, seeds_06: str = SEEDS_06) -> None:
         self.profile, self.grid_05, self.grid_06, self.seeds_06 = profile, grid_05, grid_06, seeds_06
@@ -182,38 +176,30 @@ class Records:
 
     def forget_retain_repeats(self, checkpoints: set[str] | None = None) -> list[dict]:
         """The forget+retain attacks of the seed-repeat file (on ``checkpoints`` only, 05 run names, if given)."""
-        return [r for r in (self.attacks_of_file(self.seeds_06) if self.seeds_06 else [])
-                if row(r)["attack_data"] == "forget_retain"
+        return [r for r in self.attacks_of_file(self.seeds_06) if row(r)["attack_data"] == "forget_retain"
                 and (checkpoints is None or row(r)["unlearned_run"] in checkpoints)]
 
     @functools.cached_property
     def protocol(self) -> dict:
         """The grid's forget+retain attack (its attack file's first entry), less what names the model."""
-        import yaml
-
         protocol = yaml.safe_load((self.params_dir / self.grid_06).read_text())[0]
         return {k: v for k, v in protocol.items() if k not in ("unlearned_run", "forget_split", "attack_data")}
 
 
 def scored_by_07(rec: Records, files: tuple[str, ...], chosen: pd.DataFrame,
                  names: list[str]) -> tuple[pd.DataFrame, list[str]]:
-    """``chosen`` (checkpoints, their 05 runs ``names``) with the forget-loss barrier and, per
-    importance term, ``FRAG_x100:<term>`` and ``A_f_x100:<term>`` from the complete notebook-07 runs
-    of ``files``, less the checkpoints none scored; and those runs."""
-    from .analysis import IMPORTANCE_SCORES
-
+    """``chosen`` (checkpoints, their 05 runs ``names``) with the barrier and each ``<score>:<term>`` of the
+    complete notebook-07 runs of ``files``, less the checkpoints none scored; and those runs."""
+    specs = [s for f in files for s in rec.planned("07_ablations", f) if s.is_complete()]
+    ablation_runs = [f"07_ablations/{s.name}" for s in specs]
     found: dict[str, dict] = {}
-    ablation_runs = []
-    for spec in (s for f in files for s in rec.planned("07_ablations", f)):
-        if spec.is_complete():
-            result = records.read_json(spec.out_dir / paths.RESULTS_FILE)["results"]
-            ablation_runs.append(f"07_ablations/{spec.name}")
-            for r in result["barrier"]:
-                found.setdefault(r["unlearned_run"], {})["barrier"] = r["barrier"]
-            for r in result["scores"]:
-                for score in IMPORTANCE_SCORES:
-                    if score in r:
-                        found.setdefault(r["unlearned_run"], {})[f"{score}:{r['importance']}"] = r[score]
+    for spec in specs:
+        result = records.read_json(spec.out_dir / paths.RESULTS_FILE)["results"]
+        for r in result["barrier"]:
+            found.setdefault(r["unlearned_run"], {})["barrier"] = r["barrier"]
+        for r in result["scores"]:
+            found.setdefault(r["unlearned_run"], {}).update(
+                {f"{score}:{r['importance']}": r[score] for score in IMPORTANCE_SCORES if score in r})
     scored = chosen.assign(**{k: [found.get(n, {}).get(k, float("nan")) for n in names]
                               for k in sorted({k for v in found.values() for k in v})})
     if "barrier" not in scored:

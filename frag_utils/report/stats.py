@@ -1,20 +1,21 @@
-"""General statistics of the analysis layer: Spearman's ρ with a nested bootstrap interval
-(methods, then checkpoints, then attack seeds), permutation p-values, and the within-stratum ρ.
-Nothing here knows the paper: :mod:`frag_utils.report.analysis` applies them to its tables."""
+"""Spearman's ρ with a nested bootstrap interval (methods, then checkpoints, then attack seeds), permutation
+p-values and the within-stratum ρ; nothing here knows the paper (:mod:`.analysis` applies them)."""
 from __future__ import annotations
 
 import functools
+import itertools
+import math
 from typing import Sequence
 
 import numpy as np
 from scipy import stats
 
+LEVEL = 0.95  # every interval's (a verdict says "with 95 % confidence")
+
 
 def spearman(x: Sequence[float], y: Sequence[float]) -> float:
     """Spearman's rho (average ranks for ties); NaN when either side is constant or n < 3."""
     x, y = np.asarray(x, float), np.asarray(y, float)
-    if len(x) != len(y):
-        raise ValueError(f"x and y differ in length ({len(x)} and {len(y)}).")
     if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
         return float("nan")
     return float(stats.spearmanr(x, y).statistic)
@@ -25,9 +26,6 @@ def _clean(xs: Sequence[Sequence[float]], y: Sequence[float | Sequence[float]],
     """The checkpoints every ``x`` of ``xs`` and at least one seed of ``y`` are finite on: the x
     arrays, the finite seeds of each, how many checkpoints were dropped, and their groups."""
     xs = [np.asarray(x, float) for x in xs]
-    if any(len(x) != len(y) for x in xs) or groups is not None and len(groups) != len(y):
-        raise ValueError(f"x, y and groups differ in length ({[len(x) for x in xs]}, {len(y)} and "
-                         f"{None if groups is None else len(groups)}).")
     runs = [np.atleast_1d(np.asarray(v, float)) for v in y]
     runs = [v[np.isfinite(v)] for v in runs]
     keep = [i for i in range(len(y)) if all(np.isfinite(x[i]) for x in xs) and len(runs[i])]
@@ -37,19 +35,15 @@ def _clean(xs: Sequence[Sequence[float]], y: Sequence[float | Sequence[float]],
 
 @functools.lru_cache(maxsize=32)
 def _draws(counts: tuple[int, ...], n_boot: int, seed: int, groups: tuple | None) -> tuple:
-    """The bootstrap's resamples of checkpoints with ``counts`` seeds each, drawn at each level that
-    varies: with ``groups`` (the method of each checkpoint), methods with replacement, then within
-    each drawn method its checkpoints with replacement; without, checkpoints with replacement. Then,
-    for each drawn checkpoint, its seeds with replacement. The draws depend on the counts only, so
-    every predictor scored on the same checkpoints sees the same resamples (paired), drawn once.
+    """The bootstrap's resamples of checkpoints with ``counts`` seeds each, drawn with replacement at each level
+    that varies: methods (``groups``), the checkpoints of each drawn method, the seeds of each drawn checkpoint;
+    drawn once, so every predictor scored on the same checkpoints sees the same resamples (paired).
 
     Returns:
-        ``(sizes, idx, seeds, parts)``, read-only: the checkpoints drawn by each resample
-        (``sizes[b]`` of them, concatenated in ``idx``); for each drawn checkpoint its drawn seeds,
-        as positions in the seeds' values concatenated in checkpoint order, in ascending order (the
-        same seeds drawn in another order are the same mean), padded with the position one past
-        the end; and per resample the positions of each drawn method (a method drawn twice is two
-        strata; without ``groups``, one stratum).
+        ``(sizes, idx, seeds, parts)``, read-only: the checkpoints each resample drew (``sizes[b]``, all in
+        ``idx``); each drawn checkpoint's drawn seeds as ascending positions in all seeds' values (the same
+        seeds in another order are the same mean), padded with one past the end; per resample, each drawn
+        method's positions (one stratum each, or one in all without ``groups``).
     """
     rng = np.random.default_rng(seed)
     n, offsets = len(counts), np.concatenate([[0], np.cumsum(counts, dtype=int)])
@@ -62,8 +56,7 @@ def _draws(counts: tuple[int, ...], n_boot: int, seed: int, groups: tuple | None
             drawn = [members[k] for k in rng.integers(0, len(members), len(members))]
             picks = [m[rng.integers(0, len(m), len(m))] for m in drawn]
             idx = np.concatenate(picks)
-            ends = np.cumsum([len(m) for m in picks])
-            parts = [np.arange(e - len(m), e) for m, e in zip(picks, ends)]
+            parts = [np.arange(e - len(m), e) for m, e in zip(picks, np.cumsum([len(m) for m in picks]))]
         for i in idx:
             k = counts[i]
             rows.append(offsets[i] + (np.sort(rng.integers(0, k, k)) if k > 1 else np.zeros(1, int)))
@@ -78,9 +71,7 @@ def _draws(counts: tuple[int, ...], n_boot: int, seed: int, groups: tuple | None
 
 
 def _rows_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Spearman's ρ of each row of ``x`` with the same row of ``y`` (``[rows, n]``; a 1-D ``x`` is
-    every row's), as :func:`spearman` gives it row by row (average ranks for ties; NaN for a
-    constant row or n < 3), in one pass."""
+    """Spearman's ρ of each row of ``x`` (or a 1-D ``x``) with that row of ``y`` (``[rows, n]``) in one pass."""
     x = np.broadcast_to(x, y.shape)
     if x.shape[1] < 3:
         return np.full(len(x), np.nan)
@@ -92,11 +83,11 @@ def _rows_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 def _resampled(runs: list, n_boot: int, seed: int, groups: Sequence | None) -> tuple:
-    """The resamples of :func:`_draws` for these checkpoints: per resample its drawn checkpoints,
-    their seed means (each the sum of its drawn seeds in ascending order over their number, so that
-    equal seeds are an equal mean), and its strata."""
-    if not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"seed must be an integer (the resamples are drawn once per seed); got {seed!r}.")
+    """The resamples of :func:`_draws` for these checkpoints: the drawn checkpoints, their seed means (a sum
+    in ascending order, so that equal seeds are an equal mean) and the strata."""
+    if n_boot < 1 or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"n_boot must be >= 1 and seed an integer (the resamples are drawn once per seed); "
+                         f"got {n_boot}, {seed!r}.")
     sizes, idx, seeds, parts = _draws(tuple(len(v) for v in runs), n_boot, int(seed),
                                       None if groups is None else tuple(groups))
     flat = np.concatenate([*runs, [0.0]])  # the padding position reads the 0 at the end
@@ -108,8 +99,7 @@ def _resampled(runs: list, n_boot: int, seed: int, groups: Sequence | None) -> t
 
 
 def _boot_rhos(xs: list[np.ndarray], runs: list, n_boot: int, seed: int, groups: Sequence | None) -> np.ndarray:
-    """ρ of each of ``xs`` with ΔES in every resample (``[len(xs), n_boot]``, NaN where a side is
-    constant), the resamples of the same length scored together."""
+    """ρ of each of ``xs`` with ΔES in every resample (``[len(xs), n_boot]``), resamples of one length together."""
     sizes, idx, ys, _ = _resampled(runs, n_boot, seed, groups)
     starts = np.cumsum(sizes) - sizes
     out = np.full((len(xs), n_boot), np.nan)
@@ -121,77 +111,51 @@ def _boot_rhos(xs: list[np.ndarray], runs: list, n_boot: int, seed: int, groups:
     return out
 
 
-def _interval(draws: list, level: float) -> tuple[float, float, int]:
+def _interval(draws: list) -> tuple[float, float, int]:
     draws = np.asarray(draws, float)
     ok = draws[~np.isnan(draws)]
-    tail = (1 - level) / 2
+    tail = (1 - LEVEL) / 2
     low, high = (np.quantile(ok, [tail, 1 - tail]) if len(ok) else (np.nan, np.nan))
     return float(low), float(high), int(len(draws) - len(ok))
 
 
-def _check_boot(n_boot: int, level: float) -> None:
-    if n_boot < 1 or not 0 < level < 1:
-        raise ValueError(f"n_boot must be >= 1 and level in (0, 1); got {n_boot}, {level}.")
-
-
 def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], n_boot: int = 2000,
-                       level: float = 0.95, seed: int = 0, groups: Sequence | None = None) -> dict:
+                       seed: int = 0, groups: Sequence | None = None) -> dict:
     """Spearman's rho with a percentile bootstrap interval over resampled checkpoints.
 
-    ``y[i]`` is one number, or the numbers of checkpoint ``i`` under several attack seeds. Rho is
-    taken against each checkpoint's mean over its seeds; each resample draws checkpoints with
-    replacement and, within each drawn checkpoint, its seeds with replacement, so the interval
-    carries both the choice of checkpoints and the seed noise (with one seed per checkpoint it is
-    the plain pairs bootstrap). With ``groups`` (each checkpoint's method), methods are drawn first
-    and checkpoints within each drawn method (:func:`_draws`): checkpoints of one method are not
-    independent draws, and the interval then carries the choice of methods too. Checkpoints whose
-    ``x`` or every ``y`` is not finite are dropped first (``n_dropped``); so are a checkpoint's
-    non-finite seeds. Resamples in which either side is constant have no rho and are left out;
-    their number is returned as ``n_degenerate``.
+    ``y[i]`` is one number, or checkpoint ``i``'s numbers under several attack seeds: ρ is against their mean,
+    and the resamples (:func:`_draws`: methods first with ``groups``, as checkpoints of one method are not
+    independent) carry the seed noise too. Checkpoints with a non-finite ``x`` or no finite seed are dropped
+    (``n_dropped``), as are non-finite seeds; resamples with a constant side have no ρ (``n_degenerate``).
 
     Returns:
         ``{"rho", "low", "high", "n", "n_groups", "n_seeds", "n_boot", "n_degenerate", "n_dropped"}``
-        (``n_seeds``: the seeds per checkpoint, as a list; ``n_groups``: methods, or ``n``).
-    Raises:
-        ValueError: lengths differ, ``n_boot < 1`` or ``level`` outside (0, 1).
+        (``n_seeds``: the seeds per checkpoint; ``n_groups``: methods, or ``n``).
     """
-    _check_boot(n_boot, level)
     (x,), runs, n_dropped, groups = _clean([x], y, groups)  # rho and its interval describe the same checkpoints
     rho = spearman(x, [v.mean() for v in runs])
-    low, high, degenerate = _interval(_boot_rhos([x], runs, n_boot, seed, groups)[0], level)
+    low, high, degenerate = _interval(_boot_rhos([x], runs, n_boot, seed, groups)[0])
     return {"rho": rho, "low": low, "high": high, "n": len(x),
             "n_groups": len(x) if groups is None else len(set(groups)), "n_seeds": [len(v) for v in runs],
             "n_boot": n_boot, "n_degenerate": degenerate, "n_dropped": n_dropped}
 
 
 def bootstrap_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequence[float | Sequence[float]],
-                           n_boot: int = 2000, level: float = 0.95, seed: int = 0,
-                           groups: Sequence | None = None) -> dict:
-    """ρ(x_b, ΔES) − ρ(x_a, ΔES) with a percentile interval from paired resamples (the same
-    checkpoints and seeds for both predictors, as :func:`bootstrap_spearman` draws them), over the
-    checkpoints both predictors are finite on: whether one predictor ranks robustness better than
-    another, which two separate intervals cannot say. ``groups`` as in :func:`bootstrap_spearman`.
-
-    Returns:
-        ``{"gap", "low", "high", "n", "n_degenerate", "n_dropped"}``.
-    """
-    _check_boot(n_boot, level)
+                           n_boot: int = 2000, seed: int = 0, groups: Sequence | None = None) -> dict:
+    """ρ(x_b, ΔES) − ρ(x_a, ΔES), ``{"gap", "low", "high", "n", "n_degenerate", "n_dropped"}``, over the
+    paired resamples of :func:`bootstrap_spearman`: whether one predictor ranks better, as two intervals cannot say."""
     (a, b), runs, n_dropped, groups = _clean([x_a, x_b], y, groups)
     means = [v.mean() for v in runs]
     gap = spearman(b, means) - spearman(a, means)
     rho_a, rho_b = _boot_rhos([a, b], runs, n_boot, seed, groups)
-    low, high, degenerate = _interval(rho_b - rho_a, level)
+    low, high, degenerate = _interval(rho_b - rho_a)
     return {"gap": gap, "low": low, "high": high, "n": len(runs), "n_degenerate": degenerate, "n_dropped": n_dropped}
 
 
 @functools.lru_cache(maxsize=32)
 def _permutations(n: int, n_perm: int, seed: int, strata: tuple[tuple[int, ...], ...] | None = None):
-    """``(orders, exact)``: every reordering of ``n`` items (within each stratum, where given) when
-    there are at most ``n_perm`` of them, else ``n_perm`` random ones (the observed order among them),
-    as an ``[orders, n]`` array; drawn once for every predictor scored on the same checkpoints."""
-    import itertools
-    import math
-
+    """``(orders, exact)``: every reordering of ``n`` items (within each stratum) where there are at most
+    ``n_perm``, else ``n_perm`` random ones, as ``[orders, n]``; drawn once for every predictor."""
     strata = [np.asarray(s) for s in strata] if strata else [np.arange(n)]
     count = math.prod(math.factorial(len(s)) for s in strata)
     if count <= n_perm:
@@ -211,9 +175,8 @@ def _permutations(n: int, n_perm: int, seed: int, strata: tuple[tuple[int, ...],
 
 
 def _stratified(x: np.ndarray, ys: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
-    """The within-group ρ of ``x`` with each row of ``ys`` (``[rows, n]``; a 1-D ``ys`` is one row),
-    averaged over groups weighted by their sizes; groups of fewer than 3 checkpoints or constant on
-    either side carry no ρ and are left out (NaN where none is left)."""
+    """The within-group ρ of ``x`` with each row of ``ys`` (``[rows, n]``), averaged over the groups weighted
+    by their sizes; a group of fewer than 3 or constant on a side has no ρ and is left out."""
     ys = np.atleast_2d(ys)
     total, weight = np.zeros(len(ys)), np.zeros(len(ys))
     for g in groups:
@@ -228,9 +191,8 @@ def _stratified(x: np.ndarray, ys: np.ndarray, groups: list[np.ndarray]) -> np.n
 
 
 def _p_value(observed: float, null: Sequence[float], exact: bool) -> float:
-    """Two-sided: the share of the null at least as far from 0 as ``observed`` (for random
-    reorderings, (k + 1) / (N + 1), counting the observed order once). A tiny tolerance keeps
-    ties of floating-point rank sums from being lost."""
+    """Two-sided: the share of the null at least as far from 0 as ``observed`` ((k + 1) / (N + 1) for random
+    reorderings); a tiny tolerance keeps ties of floating-point rank sums."""
     null = np.abs(np.asarray(null, float)[~np.isnan(null)])
     k = int((null >= abs(observed) - 1e-12).sum())
     return k / len(null) if exact else (k + 1) / (len(null) + 1)
@@ -238,16 +200,10 @@ def _p_value(observed: float, null: Sequence[float], exact: bool) -> float:
 
 def permutation_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], n_perm: int = 20000,
                          seed: int = 0, strata: Sequence | None = None) -> dict:
-    """Two-sided permutation p-value of Spearman's ρ(x, y) (``y`` per checkpoint, or a list of
-    seeds averaged), by every reordering of ``y`` where there are at most ``n_perm`` (exact), else
-    ``n_perm`` random ones. With ``strata`` (each checkpoint's method) ``y`` is reordered only
-    within a method: the null of :func:`stratified_spearman`. Reordering across every checkpoint
-    takes them as exchangeable under the null, which checkpoints of one method are not: read a
-    pooled p-value beside the interval that resamples methods, not in its place.
-
-    Returns:
-        ``{"rho", "p", "n", "n_perm", "exact"}`` (``rho``: pooled, or stratified with ``strata``).
-    """
+    """Two-sided permutation p-value of Spearman's ρ(x, y) (``y``: seeds averaged), ``{"rho", "p", "n", "n_perm",
+    "exact"}``; with ``strata`` (each checkpoint's method) reordered only within a method, the null of
+    :func:`stratified_spearman`. Across every checkpoint it takes them as exchangeable, which checkpoints of one
+    method are not: read a pooled p-value beside the interval that resamples methods, not in its place."""
     (x,), runs, _, strata = _clean([x], y, strata)
     ys = np.array([v.mean() for v in runs])
     groups = None if strata is None else [np.flatnonzero(np.asarray(strata) == g) for g in dict.fromkeys(strata)]
@@ -260,39 +216,10 @@ def permutation_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]
     return {"rho": rho, "p": _p_value(rho, null, exact), "n": len(x), "n_perm": len(orders), "exact": exact}
 
 
-def permutation_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequence[float | Sequence[float]],
-                             n_perm: int = 20000, seed: int = 0) -> dict:
-    """Two-sided permutation p-value of ρ(x_b, y) − ρ(x_a, y): under the null that the two
-    predictors rank robustness equally well, a checkpoint's rank under one is as likely to be its
-    rank under the other, so the two ranks are swapped within each checkpoint, every one of the
-    2^n ways where there are at most ``n_perm`` (exact), else ``n_perm`` random ones.
-
-    Returns:
-        ``{"gap", "p", "n", "n_perm", "exact"}``.
-    """
-    import itertools
-
-    (a, b), runs, _, _ = _clean([x_a, x_b], y)
-    ys = np.array([v.mean() for v in runs])
-    ra, rb = stats.rankdata(a), stats.rankdata(b)
-    gap = spearman(rb, ys) - spearman(ra, ys)
-    n = len(ys)
-    if 2 ** n <= n_perm:
-        flips, exact = np.array(list(itertools.product((False, True), repeat=n)), bool).reshape(-1, n), True
-    else:
-        flips, exact = np.random.default_rng(seed).random((n_perm, n)) < 0.5, False
-    # ρ(y, x') for each row x' of a matrix: the same Pearson-of-ranks with y in the role of x
-    null = _rows_spearman(ys, np.where(flips, ra, rb)) - _rows_spearman(ys, np.where(flips, rb, ra))
-    return {"gap": gap, "p": _p_value(gap, null, exact) if np.isfinite(gap) else np.nan, "n": n,
-            "n_perm": len(null), "exact": exact}
-
-
 def _within_draws(x: np.ndarray, yb: np.ndarray, sizes: np.ndarray, idx: np.ndarray, parts: list,
                   cell: np.ndarray) -> np.ndarray:
-    """The stratified ρ of every resample at once: :func:`_stratified` of each resample's drawn
-    checkpoints, its strata each drawn method's checkpoints of one cell (in the order the method
-    drew them, the cells in order of first appearance), as the loop over resamples gives it, bit
-    for bit: the strata's ρ scored together by size, then summed per resample in the same order."""
+    """:func:`_stratified` of every resample at once (strata: each drawn method's checkpoints of one cell), bit for
+    bit as the loop over resamples: the strata's ρ scored together by size, then summed per resample in order."""
     n_boot = len(sizes)
     draw = np.repeat(np.arange(n_boot), sizes)
     # each drawn method is a run of consecutive positions: number them over all resamples
@@ -323,27 +250,19 @@ def _within_draws(x: np.ndarray, yb: np.ndarray, sizes: np.ndarray, idx: np.ndar
 
 
 def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]], groups: Sequence,
-                        n_boot: int = 2000, level: float = 0.95, seed: int = 0,
-                        cells: Sequence | None = None) -> dict:
+                        n_boot: int = 2000, seed: int = 0, cells: Sequence | None = None) -> dict:
     """The within-method rank correlation: Spearman's ρ of ``x`` with ``y`` among the checkpoints of
-    each method (its strengths), averaged over methods weighted by their checkpoints. It asks
-    whether, within one method, the stronger updates that a predictor scores higher recover less;
-    differences between methods do not enter it, so it is where more checkpoints per method buy
-    power (the pooled ρ's interval stays wide with few methods however many checkpoints each has).
-    The interval resamples methods, checkpoints within each and seeds within each (:func:`_draws`).
-
-    ``cells`` (one label per checkpoint, finer than its method: the method on one forget split)
-    takes the ρ within each cell instead, since ΔES on two forget sets are not one scale, while the
-    interval still draws methods whole: a method's cells are not independent draws.
+    each method (its strengths), averaged over methods weighted by their checkpoints. Differences
+    between methods do not enter it, so it is where more checkpoints per method buy power (the pooled
+    ρ's interval stays wide with few methods however many checkpoints each has). With ``cells`` (the
+    method on one forget split, as ΔES on two forget sets are not one scale) the ρ is taken within
+    each cell, while the interval (:func:`_draws`) still draws methods whole.
 
     Returns:
-        ``{"rho", "low", "high", "n", "n_groups", "per_group": {cell: (rho, n)}, "n_degenerate"}``;
-        cells of fewer than 3 checkpoints carry no ρ and count in ``n`` but not in ``rho``.
+        ``{"rho", "low", "high", "n", "n_groups", "per_group": {cell: (rho, n)}, "n_degenerate"}`` (a cell
+        of fewer than 3 checkpoints has no ρ: it counts in ``n``, not in ``rho``).
     """
-    _check_boot(n_boot, level)
     cells = list(groups) if cells is None else list(cells)
-    if len(cells) != len(groups):
-        raise ValueError(f"cells and groups differ in length ({len(cells)} and {len(groups)}).")
     codes = {c: k for k, c in enumerate(dict.fromkeys(cells))}
     (x,), runs, _, keyed = _clean([x], y, [(g, codes[c]) for g, c in zip(groups, cells)])
     groups, cell = [g for g, _ in keyed], np.array([c for _, c in keyed], int)
@@ -352,7 +271,7 @@ def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]]
     ys = np.array([v.mean() for v in runs])
     rho = float(_stratified(x, ys, members)[0])
     sizes, idx, yb, parts = _resampled(runs, n_boot, seed, groups)
-    low, high, degenerate = _interval(_within_draws(x, yb, sizes, idx, parts, cell), level)
+    low, high, degenerate = _interval(_within_draws(x, yb, sizes, idx, parts, cell))
     return {"rho": rho, "low": low, "high": high, "n": len(x), "n_groups": len(set(groups)),
             "per_group": {c: (spearman(x[m], ys[m]), len(m)) for c, m in zip(labels, members)},
             "n_degenerate": degenerate}

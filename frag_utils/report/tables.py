@@ -1,13 +1,5 @@
-"""Tables notebook 09 builds from run records, as plain functions of their rows (tested in
-``tests/test_tables.py``): the paper's Table 1 layout of the re-recorded grid, and the seed
-repeats of its attacks as lists of ΔES. :mod:`frag_utils.report.recorded` reads the records.
-
-A row is one attack run: ``model`` (the method and its knobs, the same label on every split),
-``method``, ``weights`` (the unlearned model's storage precision), ``forget_split``,
-``attack_data``, ``es_before``, ``es_after``, ``delta_es``, ``model_utility_before``,
-``model_utility_after``, the attacked ``unlearned_run`` and its predictors (``l2_all``,
-``FRAG_x100``, ``A_f_x100``, ``A_r_x100``), and ``run``.
-"""
+"""The paper's Table 1 and the seed repeats of its attacks, as plain functions of attack rows (:func:`attack_rows`:
+``model`` names the method and its knobs, the same label on every split; ``weights``, the model's storage)."""
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -19,12 +11,13 @@ SPLITS = ("forget01", "forget05", "forget10")
 ROW_COLUMNS = ("model", "method", "weights", "forget_split", "attack_data", "es_before", "es_after", "delta_es",
                "model_utility_before", "model_utility_after", "unlearned_run", "l2_all", "FRAG_x100", "A_f_x100",
                "A_r_x100", "optimizer_steps", "few_steps", "run")
+# below this much forgotten ES (target's − before), the share recovered is not defined: nothing to recover
+MIN_FORGOTTEN = 0.05
 
 
 def attack_rows(attack_records: Sequence[dict], method_by_run: dict[str, dict],
                 label: Callable[[dict], str]) -> pd.DataFrame:
-    """One row per attack record whose notebook-05 run is known (``method_by_run``: run name to
-    record); ``label(record_05)`` names the model."""
+    """One row per attack record whose notebook-05 run is known; ``label(record_05)`` names the model."""
     rows = []
     for r in attack_records:
         row = r["results"]["row"]
@@ -42,49 +35,38 @@ def mean_if_complete(values: pd.Series, n: int) -> float:
     return float(values.mean()) if values.notna().sum() == n else float("nan")
 
 
-def table1(rows: pd.DataFrame, splits: Sequence[str] = SPLITS, attacks: Sequence[str] = ATTACKS) -> pd.DataFrame:
-    """The paper's Table 1: per precision and model, the forget ES and Model Utility before any
-    attack, the forget ES, ΔES and Model Utility after each attack, each averaged over ``splits``,
-    and ΔES averaged over the attacks.
-
-    An average is NaN unless every split (and, for the last column, every attack) is recorded: an
-    average over fewer is not the table's average. ``splits_recorded`` says how many there are.
-    """
+def table1(rows: pd.DataFrame) -> pd.DataFrame:
+    """The paper's Table 1 per precision and model: forget ES, ΔES and Model Utility before and after each attack,
+    over the splits, and ΔES over the attacks; NaN unless all are recorded (a mean over fewer is not the table's)."""
     out = []
-    order = {m: i for i, m in enumerate(dict.fromkeys(rows.model))}
-    for (weights, model), g in rows.groupby(["weights", "model"], sort=False):
+    in_order = pd.Categorical(rows.model, categories=list(dict.fromkeys(rows.model)))  # models as they appear
+    for (weights, model), g in rows.groupby(["weights", in_order], observed=True):
         row: dict[str, Any] = {"weights": weights, "model": model, "method": g.method.iloc[0],
                                "splits_recorded": int(g.forget_split.nunique())}
-        unlearned = g.drop_duplicates("forget_split").set_index("forget_split").reindex(list(splits))
-        row["es_before"] = mean_if_complete(unlearned.es_before, len(splits))
-        row["mu_before"] = mean_if_complete(unlearned.model_utility_before, len(splits))
-        deltas = []
-        for attack in attacks:
+        unlearned = g.drop_duplicates("forget_split").set_index("forget_split").reindex(list(SPLITS))
+        row["es_before"] = mean_if_complete(unlearned.es_before, len(SPLITS))
+        row["mu_before"] = mean_if_complete(unlearned.model_utility_before, len(SPLITS))
+        for attack in ATTACKS:
             hit = g[g.attack_data == attack].set_index("forget_split")
             if hit.index.duplicated().any():
                 raise ValueError(f"two {attack} attacks of {model} ({weights}) on one split: {list(hit.run)}")
-            hit = hit.reindex(list(splits))
-            row[f"{attack}_es"] = mean_if_complete(hit.es_after, len(splits))
-            row[f"{attack}_delta_es"] = mean_if_complete(hit.delta_es, len(splits))
-            row[f"{attack}_mu"] = mean_if_complete(hit.model_utility_after, len(splits))
-            deltas.append(row[f"{attack}_delta_es"])
-        row["avg_delta_es"] = mean_if_complete(pd.Series(deltas, dtype=float), len(attacks))
-        row["_order"] = order[model]
+            hit = hit.reindex(list(SPLITS))
+            row[f"{attack}_es"] = mean_if_complete(hit.es_after, len(SPLITS))
+            row[f"{attack}_delta_es"] = mean_if_complete(hit.delta_es, len(SPLITS))
+            row[f"{attack}_mu"] = mean_if_complete(hit.model_utility_after, len(SPLITS))
+        deltas = pd.Series([row[f"{attack}_delta_es"] for attack in ATTACKS], dtype=float)
+        row["avg_delta_es"] = mean_if_complete(deltas, len(ATTACKS))
         out.append(row)
-    table = pd.DataFrame(out)
-    if not len(table):
-        return table
-    return table.sort_values(["weights", "_order"], kind="stable").drop(columns="_order").reset_index(drop=True)
+    return pd.DataFrame(out)
 
 
-def table1_per_split(rows: pd.DataFrame, attacks: Sequence[str] = ATTACKS) -> pd.DataFrame:
-    """Table 1 per split: per precision, split and model, the forget ES before and ΔES under each
-    attack (NaN where not recorded), beside the split's own gold model (a row like the others)."""
+def table1_per_split(rows: pd.DataFrame) -> pd.DataFrame:
+    """Table 1 per split: per precision, split and model (gold too), the forget ES before and ΔES per attack."""
     if not len(rows):
         return pd.DataFrame()
     order = {m: i for i, m in enumerate(dict.fromkeys(rows.model))}
     wide = rows.pivot_table(index=["weights", "forget_split", "model"], columns="attack_data", values="delta_es",
-                            aggfunc="first").reindex(columns=list(attacks))
+                            aggfunc="first").reindex(columns=list(ATTACKS))
     wide.columns = [f"{a}_delta_es" for a in wide.columns]
     before = rows.groupby(["weights", "forget_split", "model"]).es_before.first()
     table = wide.assign(es_before=before).reset_index()
@@ -94,37 +76,21 @@ def table1_per_split(rows: pd.DataFrame, attacks: Sequence[str] = ATTACKS) -> pd
     notes = {k: ", ".join(f"{a} ({int(n)} steps)" for a, n in zip(g.attack_data, g.optimizer_steps))
              for k, g in few.groupby(["weights", "forget_split", "model"])}
     table["few_step_attacks"] = [notes.get(k, "") for k in zip(table.weights, table.forget_split, table.model)]
-    return table[["weights", "forget_split", "model", "es_before", *[f"{a}_delta_es" for a in attacks],
+    return table[["weights", "forget_split", "model", "es_before", *[f"{a}_delta_es" for a in ATTACKS],
                   "few_step_attacks"]].reset_index(drop=True)
 
 
 def with_seed_repeats(chosen: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFrame:
-    """``chosen`` (one attacked checkpoint a row) with ``delta_es`` made the list of every ΔES
-    measured on that checkpoint: its own and those of ``repeats`` (the same attack at other seeds,
-    matched by ``unlearned_run`` and ``attack_data``), and ``attack_seeds`` their number. What
-    :func:`frag_utils.report.stats.bootstrap_spearman` takes to carry the seed noise into an interval.
-
-    Raises:
-        ValueError: a repeat of a checkpoint ``chosen`` does not hold, or one attack run twice.
-    """
-    if not len(repeats):
-        return chosen.assign(delta_es=[[d] for d in chosen.delta_es], attack_seeds=1)
-    key = ["unlearned_run", "attack_data"]
-    known = set(map(tuple, chosen[key].to_numpy()))
-    stray = [r for r in repeats.itertuples() if (r.unlearned_run, r.attack_data) not in known]
-    if stray:
-        raise ValueError(f"seed repeats of attacks that are not among the chosen checkpoints: {[r.run for r in stray]}")
-    if pd.concat([chosen.run, repeats.run]).duplicated().any():
-        raise ValueError("one attack run is both a chosen checkpoint and a repeat of it")
-    extra = repeats.groupby(key).delta_es.apply(list).to_dict()
+    """``chosen`` with ``delta_es`` the list of each checkpoint's ΔES at every seed, its own and those of ``repeats``,
+    and ``attack_seeds`` their number: what :func:`.stats.bootstrap_spearman` takes to carry the seed noise."""
+    extra = repeats.groupby(["unlearned_run", "attack_data"]).delta_es.apply(list).to_dict()
     lists = [[d, *extra.get((u, a), [])] for d, u, a in zip(chosen.delta_es, chosen.unlearned_run, chosen.attack_data)]
     return chosen.assign(delta_es=lists, attack_seeds=[len(v) for v in lists])
 
 
 def seed_means(rows: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFrame:
-    """``rows`` (one attack a row) with the forget ES after, ΔES and Model Utility after each attack
-    the means over its seeds: its own and those of ``repeats`` (the same attack at other seeds,
-    matched by ``unlearned_run`` and ``attack_data``), and ``attack_seeds`` their number."""
+    """``rows`` (one attack a row) with the forget ES, ΔES and Model Utility after it the means over its
+    seeds, its own and those of ``repeats`` (the same attack at other seeds), and ``attack_seeds``."""
     key, cols = ["unlearned_run", "attack_data"], ["es_after", "delta_es", "model_utility_after"]
     both = pd.concat([rows[key + cols], repeats[key + cols]]) if len(repeats) else rows[key + cols]
     grouped = both.groupby(key)
@@ -134,18 +100,10 @@ def seed_means(rows: pd.DataFrame, repeats: pd.DataFrame) -> pd.DataFrame:
     return rows.assign(**{c: means[c].to_numpy() for c in cols}, attack_seeds=counts.to_numpy())
 
 
-# below this much forgotten ES (target's − before), the share recovered is not defined: nothing to recover
-MIN_FORGOTTEN = 0.05
-
-
 def recovery(checkpoints: pd.DataFrame) -> pd.DataFrame:
-    """``checkpoints`` (``delta_es`` a list of seeds, :func:`with_seed_repeats`) with the forget ES
-    after the attack (``es_after``, the mean over seeds), ``recovered_seeds``, the share of what the
-    unlearning removed that each seed's attack brought back, ΔES / (``target_es`` − ``es_before``),
-    and ``recovered``, its mean (NaN where less than :data:`MIN_FORGOTTEN` was forgotten). An attack
-    that restores the target's ES adds only what the unlearning removed, so a method that forgot
-    little scores a small ΔES even when the attack restores all of it (``recovered`` 1 or more: at
-    the target's ES or above)."""
+    """``checkpoints`` (``delta_es`` a list of seeds) with ``es_after`` (their mean) and the share of what the
+    unlearning removed that each seed's attack brought back, ΔES / (``target_es`` − ``es_before``), and its mean
+    (``recovered``): ΔES is small wherever little was forgotten, however much came back."""
     forgotten = checkpoints.target_es - checkpoints.es_before
     shares = [[d / f for d in ds] if f >= MIN_FORGOTTEN else [float("nan")] * len(ds)
               for ds, f in zip(checkpoints.delta_es, forgotten)]

@@ -17,53 +17,42 @@ DECLARED = (TARGET_SEEDS, SECOND_TARGET)
 PREDICTORS = ("es_before", "l2_all", "FRAG_x100", "A_f_x100", "A_r_x100")
 
 
-def _train_seed(run: str) -> int:
-    """The training seed of a notebook-02 run of :data:`drift.SEED_RUNS` (``smol``: the first)."""
-    return int(run.rsplit("=", 1)[1]) if "seed=" in run else paths.TARGET_SEED
-
-
 def target_seeds(rec) -> pd.DataFrame:
     """Each number of notebook 02 the tolerance file judges (:data:`drift.SEED_METRICS`) at each
     training seed (:data:`drift.SEED_RUNS`), with its mean, standard deviation and range."""
     evaluations = drift.recorded_seed_evaluations() if rec.profile == "smol" else {}  # the seeds are smol's
     evaluations = evaluations if len(evaluations) > 1 else {}  # one seed has no spread
+    # each run's training seed (drift.SEED_RUNS; smol, the first, names none)
+    seeds = [int(run.rsplit("=", 1)[1]) if "seed=" in run else paths.TARGET_SEED for run in evaluations]
     rows = []
     for path, values in drift.seed_numbers(list(evaluations.values())).items():
-        values = pd.Series(values, index=list(evaluations))
-        rows.append({"number": path, **{f"seed_{_train_seed(run)}": v for run, v in values.items()},
+        values = pd.Series(values, index=seeds)
+        rows.append({"number": path, **{f"seed_{seed}": v for seed, v in values.items()},
                      "mean": values.mean(), "sd": values.std(ddof=1), "range": values.max() - values.min()})
     return sourced(pd.DataFrame(rows), [f"02_target_and_gold/{run}" for run in evaluations])
 
 
-def _twins(a: pd.Series, b: pd.Series) -> dict:
-    """A checkpoint of the seed-42 target (``a``, its ΔES per seed) beside its twin ``b``."""
-    seeds = list(a.delta_es)
-    out = {"model": b.model, "target_es_42": a.target_es, "target_es_43": b.target_es, "delta_es_42": seeds[0],
-           "delta_es_43": b.delta_es, "delta_es_shift": b.delta_es - seeds[0],
-           "attack_seed_range_42": drift.attack_seed_range([seeds]), "attack_seeds_42": len(seeds)}
-    for k in PREDICTORS:
-        out |= {f"{k}_42": a[k], f"{k}_43": b[k]}
-    return out
-
-
 def second_target(rec, checkpoints: pd.DataFrame) -> pd.DataFrame:
-    """Per forget10 Table 3 checkpoint in bf16, its twin from the seed-43 target attacked at seed 42:
-    the target's forget ES, ΔES and the predictors on each, the shift, and the seed-42 checkpoint's
-    range of ΔES over its attack seeds beside it."""
+    """Per forget10 Table 3 checkpoint in bf16, its twin from the seed-43 target attacked at seed 42: ΔES, the
+    predictors and the target's forget ES on each, the shift, and the first's ΔES range over its seeds."""
     attacks = tables.attack_rows(rec.attacks_of_file(SECOND_TARGET_06), rec.method_by_run, short_label)
-    first = checkpoints[checkpoints.weights.eq("bf16") & checkpoints.forget_split.eq("forget10")] \
-        if len(checkpoints) else None
-    if first is None or not len(attacks):
+    if not len(checkpoints) or not len(attacks):
         return sourced(pd.DataFrame(), [])
+    first = checkpoints[checkpoints.weights.eq("bf16") & checkpoints.forget_split.eq("forget10")]
     attacks = attacks.assign(target_es=[row(rec.method_by_run[u])["target_es"] for u in attacks.unlearned_run])
     repeats = [(row(r)["unlearned_run"], r["run"]) for r in rec.forget_retain_repeats()]
     compared, read = [], []
-    for _, b in attacks.iterrows():
-        a = first[first.model.eq(b.model)]
-        if len(a):
-            compared.append(_twins(a.iloc[0], b))
-            read += [f"05_unlearn/{a.iloc[0].unlearned_run}", a.iloc[0].run,
-                     *[r for u, r in repeats if u == a.iloc[0].unlearned_run], f"05_unlearn/{b.unlearned_run}", b.run]
+    for _, b in attacks.iterrows():  # b: the twin from the seed-43 target
+        if not first.model.eq(b.model).any():
+            continue
+        a = first[first.model.eq(b.model)].iloc[0]
+        seeds = list(a.delta_es)  # the seed-42 target's checkpoint: its ΔES per attack seed
+        compared.append({"model": b.model, "target_es_42": a.target_es, "target_es_43": b.target_es,
+                         "delta_es_42": seeds[0], "delta_es_43": b.delta_es, "delta_es_shift": b.delta_es - seeds[0],
+                         "attack_seed_range_42": drift.attack_seed_range([seeds]), "attack_seeds_42": len(seeds),
+                         **{f"{k}_{seed}": t[k] for k in PREDICTORS for seed, t in ((42, a), (43, b))}})
+        read += [f"05_unlearn/{a.unlearned_run}", a.run, *[r for u, r in repeats if u == a.unlearned_run],
+                 f"05_unlearn/{b.unlearned_run}", b.run]
     return sourced(pd.DataFrame(compared), read)
 
 

@@ -1,6 +1,5 @@
-"""The attack variants (the paper's appendix attack tables, each one change of the grid's attack) on
-the checkpoints of ``scripts/plan_attack_variants.py``, the worst attack within a
-utility bound, and the paper's multiple-choice family."""
+"""The attack variants (the paper's appendix attack tables, each one change of the grid's attack) on the
+checkpoints of ``scripts/plan_attack_variants.py``, the worst within a utility bound, and multiple choice."""
 from __future__ import annotations
 
 import numpy as np
@@ -67,23 +66,6 @@ def _found(rec, attack_params: dict) -> dict | None:
     return rec.all_attacks.get(rec.key(attack_params))
 
 
-def _before(split: str, family: str, label: str, before: dict) -> dict:
-    """A checkpoint before the attack (from its first protocol attack, else its 05 row)."""
-    return {"split": split, "family": family, "variant": "before the attack", "model": label, "seeds": 0,
-            "es_after": before.get("es_before", before.get("es")), "es_after_range": 0.0, "delta_es": 0.0,
-            "model_utility_after": before.get("model_utility_before", before.get("model_utility"))}
-
-
-def _after(split: str, family: str, variant: str, label: str, epoch_rows: list[dict], target_mu: float) -> dict:
-    """One attack (variant, epoch) over its seeds: the mean ES after and its range."""
-    es = [e["es"] for e in epoch_rows]
-    return {"split": split, "family": family, "variant": variant, "model": label, "seeds": len(es),
-            "es_after": float(np.mean(es)), "es_after_range": float(np.ptp(es)) if len(es) > 1 else np.nan,
-            "delta_es": float(np.mean([e["delta_es"] for e in epoch_rows])),
-            "model_utility_after": float(np.mean([e["model_utility"] for e in epoch_rows])),
-            "target_model_utility": target_mu}
-
-
 def _family(rec, split: str, family: str, changes: tuple, used: list[str]) -> list[dict]:
     """One family on one split: per checkpoint, before the attack, the protocol, each change."""
     planned = rec.planned("06_attacks", variants_file(family, split))
@@ -94,23 +76,30 @@ def _family(rec, split: str, family: str, changes: tuple, used: list[str]) -> li
         base, label = variant_base(rec, run, split), rec.label(run)
         first = [r for r in (_found(rec, {**base, "seed": seed}) for seed in seeds) if r is not None]
         model = row(rec.method_by_run[run]) if run in rec.method_by_run else None
-        before = row(first[0]) if first else model
+        before = row(first[0]) if first else model  # from its first protocol attack, else its 05 row
         if before is not None:
-            rows.append(_before(split, family, label, before))
+            rows.append({"split": split, "family": family, "variant": "before the attack", "model": label, "seeds": 0,
+                         "es_after": before.get("es_before", before.get("es")), "es_after_range": 0.0, "delta_es": 0.0,
+                         "model_utility_after": before.get("model_utility_before", before.get("model_utility"))})
         cases = [("protocol", first)] + [
             (_label(change), [r for r in (_found(rec, {**base, "seed": seed, **change}) for seed in seeds)
                               if r is not None]) for change in changes]
         for variant, recs in cases:
             used += [r["run"] for r in recs]
-            for epoch, epoch_rows in _by_epoch(recs, family == "attack_horizon" and variant != "protocol"):
-                rows.append(_after(split, family, f"{variant}, after epoch {epoch}" if epoch else variant, label,
-                                   epoch_rows, model["target_model_utility"] if model else float("nan")))
+            for epoch, per_seed in _by_epoch(recs, family == "attack_horizon" and variant != "protocol"):
+                es = [e["es"] for e in per_seed]  # over the seeds: the mean ES after and its range
+                rows.append({"split": split, "family": family,
+                             "variant": f"{variant}, after epoch {epoch}" if epoch else variant, "model": label,
+                             "seeds": len(es), "es_after": float(np.mean(es)),
+                             "es_after_range": float(np.ptp(es)) if len(es) > 1 else np.nan,
+                             "delta_es": float(np.mean([e["delta_es"] for e in per_seed])),
+                             "model_utility_after": float(np.mean([e["model_utility"] for e in per_seed])),
+                             "target_model_utility": model["target_model_utility"] if model else float("nan")})
     return rows
 
 
 def _worst(table: pd.DataFrame) -> pd.DataFrame:
-    """Per split and model, the attack with the highest mean ES after of those keeping Model Utility
-    at least :data:`UTILITY_BOUND` of the target's (TamperBench's), and how many did of how many."""
+    """Per split and model, the attack with the highest mean ES after within :data:`UTILITY_BOUND`; how many were."""
     attacked = table[table.seeds.gt(0)].drop_duplicates(["split", "variant", "model"])
     attacked = attacked.assign(within=attacked.model_utility_after >= UTILITY_BOUND * attacked.target_model_utility)
     worst = []
@@ -138,8 +127,7 @@ def multiple_choice(rec, found: list[tuple[str, dict]]) -> pd.DataFrame:
 
 
 def build(book) -> dict[Table, pd.DataFrame]:
-    """The chapter: per family, variant and model, the seeds, the mean ES after and its range, ΔES
-    and Model Utility after; the worst attack; multiple choice. Empty until a variant is recorded."""
+    """The chapter: per family, variant and model the mean over seeds; the worst attack; multiple choice."""
     rec, rows, used, mc = book.records, [], [], []
     for split in VARIANT_SPLITS:
         for family in (MC_TARGET, *ATTACK_VARIANTS):
