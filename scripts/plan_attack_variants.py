@@ -28,7 +28,7 @@ SEEDS = (42, 1)
 
 HEADER = """# {profile}: the attack variants of family {family} on {split} (issue 42), written by
 # scripts/plan_attack_variants.py from the unlearning records: each one change of the grid's
-# forget+retain attack (06_attacks.table1.yaml's first entry; frag_utils.report.collect.ATTACK_VARIANTS), on
+# forget+retain attack (06_attacks.table1.yaml's first entry; frag_utils.report.variants.ATTACK_VARIANTS), on
 {chosen}# at seed 42 for every checkpoint, then at seed 1. Do not edit by hand.
 """
 
