@@ -49,6 +49,8 @@ class RunSpec:
         return self.out_dir / self.notebook.name
 
     def is_complete(self) -> bool:
+        """Its executed notebook and readable record in place, with the parameters asked for (one the
+        notebook gained later counts as equal at its default); for a collector, read from what is there now."""
         results = self.out_dir / paths.RESULTS_FILE
         if not (self.executed.is_file() and results.is_file()):
             return False
@@ -58,7 +60,10 @@ class RunSpec:
             return False
         defaults = parameters.notebook_defaults(self.notebook)
         stem = self.notebook.stem
-        return parameters.params_key(recorded, defaults, stem) == parameters.params_key(self.params, defaults, stem)
+        if parameters.params_key(recorded, defaults, stem) != parameters.params_key(self.params, defaults, stem):
+            return False
+        inputs = self.out_dir / INPUTS_FILE  # a collection: complete while what it read is unchanged
+        return stem not in COLLECTORS or inputs.is_file() and inputs.read_text().strip() == collector_inputs(self)
 
 
 def plan_run(notebook: str, params_file: str | Path | None = None, overrides: dict | None = None) -> list[RunSpec]:
@@ -188,11 +193,9 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, record_to:
             the attempt stays in ``papermill_runs/`` where the run had no record before; the
             partial executed notebook is kept (:func:`failed_notebook_path`) and named.
     """
-    collector = spec.notebook.stem in COLLECTORS
-    inputs, recorded = (collector_inputs(spec), spec.out_dir / INPUTS_FILE) if collector else (None, None)
-    if record_to is None and spec.is_complete() and not force and (
-            not collector or (recorded.is_file() and recorded.read_text().strip() == inputs)):
+    if record_to is None and not force and spec.is_complete():
         return {"run": f"{spec.notebook.stem}/{spec.name}", "status": "skipped (complete)", "seconds": 0.0}
+    inputs = collector_inputs(spec) if spec.notebook.stem in COLLECTORS else None  # what it reads now
     import papermill
 
     from .records import RUN_COMMIT_ENV, git_commit
@@ -225,7 +228,7 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, record_to:
     paths.make_portable(out_dir)
     if record_to is None:
         failed_notebook_path(spec, True).unlink(missing_ok=True)  # an earlier failure's, now replaced
-    if collector:
+    if inputs:
         (out_dir / INPUTS_FILE).write_text(inputs + "\n")
     return {"run": f"{spec.notebook.stem}/{spec.name}", "status": "done", "seconds": round(time.time() - start, 1)}
 
@@ -507,9 +510,7 @@ def plan(chosen: list[RunSpec], universe: list[RunSpec], force: bool = False) ->
         key, collector = f"{spec.notebook.stem}/{spec.name}", spec.notebook.stem in COLLECTORS
         others = tuple(k for k, j in jobs.items() if collector and not j.remake
                        and j.spec.params.get("profile") == spec.params.get("profile"))
-        recorded = spec.out_dir / INPUTS_FILE
-        changed = collector and (not recorded.is_file() or recorded.read_text().strip() != collector_inputs(spec))
-        if key not in jobs and (force or others or changed or not spec.is_complete()):
+        if key not in jobs and (force or others or not spec.is_complete()):
             why = "forced" if force else "what it collects changed" if collector else "unrecorded or parameters changed"
             jobs[key] = Job(spec, force=force, needs=(*needs(spec), *others), reason=why)
     return list(jobs.values())
