@@ -6,8 +6,8 @@ For each split of frag_utils.report.variants.VARIANT_SPLITS, the attacks of the 
 (learning rate, optimizer, attack data, horizon) and a LoRA attack, each one change of the grid's
 forget+retain attack (frag_utils.report.variants.ATTACK_VARIANTS), one file per family
 (06_attacks.<family>_<split>.yaml), at seeds 42 and 1, on the split's gold
-model and on one healthy frontier checkpoint per method at matched utility (the one whose Model
-Utility, as a fraction of the target's, is nearest the median of the split's healthy checkpoints:
+model and on one healthy frontier checkpoint per method of the paper's at matched utility (the one whose
+Model Utility, as a fraction of the target's, is nearest the median of the split's healthy checkpoints of those:
 variant_checkpoints below); multiple choice on the target itself too, in a
 file of its own (frag_utils.report.MC_TARGET). Chosen from the unlearning records alone, before
 any variant is run, and only once every frontier unlearning run of the split is recorded (a later
@@ -25,6 +25,7 @@ from frag_utils.report.recorded import FRONTIER_05, Records, name, row
 from frag_utils.report.variants import ATTACK_VARIANTS, MC_FAMILY, MC_TARGET, variant_base, variants_file
 
 SEEDS = (42, 1)
+PAPER = frontier.PAPER_METHODS  # the variants study the paper's methods; those added later leave them be
 
 HEADER = """# {profile}: the attack variants of family {family} on {split} (issue 42), written by
 # scripts/plan_attack_variants.py from the unlearning records: each one change of the grid's
@@ -35,12 +36,12 @@ HEADER = """# {profile}: the attack variants of family {family} on {split} (issu
 
 def variant_checkpoints(rec: Records, forget_split: str) -> dict[str, str]:
     """Label -> 05 run of the variants' checkpoints: the split's gold model of the grid, then per method
-    the frontier checkpoint healthy by the paper's rule whose utility fraction of the target's is
+    of the paper's the frontier checkpoint healthy by the paper's rule whose utility fraction of the target's is
     nearest the median of all such (the first on a tie); from the unlearning records alone."""
     gold = [r for r in rec.methods_of_file(rec.grid_05)
             if row(r)["method"] == "gold" and row(r)["forget_split"] == forget_split]
     models = frontier.candidates(rec)
-    healthy = models[models.healthy_paper & models.forget_split.eq(forget_split)]
+    healthy = models[models.healthy_paper & models.forget_split.eq(forget_split) & models.method.isin(PAPER)]
     chosen = {"gold": name(gold[0])} if gold else {}
     if len(healthy):
         frac = healthy.model_utility / healthy.target_model_utility
@@ -76,7 +77,8 @@ def main() -> None:
     args = parser.parse_args()
     rec = Records(args.profile)
     for split in variants.VARIANT_SPLITS:
-        planned = [s for s in rec.planned("05_unlearn", FRONTIER_05) if s.params["forget_split"] == split]
+        planned = [s for s in rec.planned("05_unlearn", FRONTIER_05)
+                   if s.params["forget_split"] == split and s.params["method"] in PAPER]
         missing = [s.name for s in planned if not s.is_complete()]
         if missing or not planned:
             print(f"{split}: {len(missing)} of the {len(planned)} frontier unlearning runs are not recorded yet "

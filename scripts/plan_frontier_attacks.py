@@ -11,7 +11,7 @@ term), in 07_ablations.frontier_<split>.yaml at the paper profile's settings. Th
 unlearning records alone, never an attack. Run it again as more unlearning records land: the attack
 files only grow, and their runs' names stay as they were (one file per split); a grown list of
 checkpoints makes the split's 07 run incomplete (its parameters changed), so it is made again whole.
-The 07 runs study the paper's methods (:data:`STUDIED_BY_07`): the methods added beyond them
+The 07 runs study the paper's methods (frag_utils.report.frontier.PAPER_METHODS): the methods added beyond them
 (SimNPO, IdkDPO, UNDIAL, WGA) are attacked, and leave the 07 runs as they are.
 """
 from __future__ import annotations
@@ -24,7 +24,6 @@ from frag_utils.report import frontier
 from frag_utils.report.recorded import FRONTIER_06, FRONTIER_07, Records
 
 FRONTIER_SEEDS = (42, 1)  # the attack seeds of each healthy checkpoint: attack.sh's, then one more
-STUDIED_BY_07 = ("ga", "graddiff", "npo", "rmu", "sp", "frp")  # the paper's methods: the 07 runs' checkpoints
 # the frontier's notebook-07 settings: the paper profile's (papermill_runs/params/paper/07_ablations.yaml)
 # on the smol target
 FRONTIER_ABLATION = {"original": "profile-target", "prompt_template": "openunlearning", "n_calib": 128, "ig_steps": 4,
@@ -75,7 +74,7 @@ def main() -> None:
         (rec.params_dir / file).write_text(text)
         print(f"{file}: {len(entries)} attacks of {len(entries) // len(FRONTIER_SEEDS)} checkpoints")
         chosen = healthy(rec, split)
-        checkpoints = [run.split("/", 1)[1] for run in chosen[chosen.method.isin(STUDIED_BY_07)].run]
+        checkpoints = [run.split("/", 1)[1] for run in chosen[chosen.method.isin(frontier.PAPER_METHODS)].run]
         ablation = {"profile": args.profile, **FRONTIER_ABLATION, "forget_split": split,
                     "unlearned_runs": ",".join(checkpoints)}
         file_07 = FRONTIER_07[FRONTIER_06.index(file)]

@@ -5,6 +5,7 @@ from scipy import stats
 
 from frag_utils.report import analysis as A
 from frag_utils.report import stats as S
+from frag_utils.report.book import short_verdict
 
 
 def _slow_spearman(x, y):
@@ -209,11 +210,13 @@ def test_claims_put_the_paper_the_authors_recomputation_and_ours_side_by_side_wi
     assert l2.verdict.endswith("the larger updates recovered more")  # its own interval (0.1, 0.8) is above 0
     assert l2.what_follows.startswith("L2 sits above FRAG, but FRAG's own ρ is not shown negative")
     assert c.loc[("all", "FRAG_x100")].what_follows.startswith("at 135M too")
-    # an interval over five methods is nominal, and the verdict says so
+    # an interval over five methods is nominal, and the verdict says so, in the short form a table shows too
     few = A.claims(table3.assign(methods=5), checkpoints, n_boot=50).set_index(["subset", "predictor"])
     assert few.loc[("all", "FRAG_x100")].verdict == (
-        "supported: ρ < 0 with 95 % confidence (nominal: the interval resamples 5 methods, and a bootstrap over "
-        "so few clusters covers less than it says)")
+        "supported: ρ < 0 with 95 % confidence; nominal, 5 methods: the interval resamples so few that it covers "
+        "less than it says (a bootstrap over few clusters)")
+    assert short_verdict(few.loc[("all", "FRAG_x100")].verdict) == (
+        "supported; nominal, 5 methods")
     assert few.loc[("w/o FRP", "FRAG_x100")].verdict == c.loc[("w/o FRP", "FRAG_x100")].verdict  # nothing to qualify
     short = A.claims(table3.assign(n=4), checkpoints.iloc[:4], n_boot=50)
     assert short.verdict.str.startswith("no verdict yet: 4 of").all()

@@ -157,8 +157,8 @@ def claims(table3: pd.DataFrame, checkpoints: pd.DataFrame, weights: str = "bf16
             verdict = _l2_verdict(cps[paper_table3_subsets(cps)[subset]] if len(cps) else cps, frag, low, n_boot)
         methods = int(r.methods) if r is not None and "methods" in r and pd.notna(r.methods) else n
         if "95 %" in verdict and methods < FEW_METHODS:
-            verdict += (f" (nominal: the interval resamples {methods} methods, and a bootstrap over so few clusters "
-                        "covers less than it says)")
+            verdict += (f"; nominal, {methods} methods: the interval resamples so few that it covers less than "
+                        "it says (a bootstrap over few clusters)")
         if n < PLANNED_CHECKPOINTS[subset] and verdict != "not measured yet":
             verdict = f"no verdict yet: {n} of {PLANNED_CHECKPOINTS[subset]} checkpoints recorded"
         rows.append({"claim": claim, "subset": subset, "predictor": predictor,

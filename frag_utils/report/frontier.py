@@ -24,6 +24,9 @@ VERDICT = Table("headline_verdict", text=True)  # the README's answer, under its
 DECLARED = (MODELS, UTILITY_PARTS, TABLE3, RECOVERED, MATCHED_UTILITY, LMC, IMPORTANCE, PANELS, VERDICT)
 PREDICTOR_WORDS = {"l2_all": "global L2", "FRAG_x100": "FRAG's gap", "A_f_x100": "cos(F, ΔW²)",
                    "A_r_x100": "cos(R, ΔW²)"}
+# the paper's methods: the frontier's notebook-07 runs and attack variants study these; the methods added beyond
+# them (SimNPO, IdkDPO, UNDIAL, WGA) join the frontier's attacks and tables and leave those choices as they were
+PAPER_METHODS = ("ga", "graddiff", "npo", "rmu", "sp", "frp")
 COLUMNS = ["model", "method", "forget_split", "strength", "es", "target_es", "model_utility", "target_model_utility",
            "utility_wo_fragile", "target_utility_wo_fragile", "forgets", "healthy_paper", "healthy_parts", "l2_all",
            "FRAG_x100", "A_f_x100", "A_r_x100", "run"]
@@ -122,8 +125,9 @@ def verdict(t3: pd.DataFrame, recovered: pd.DataFrame, rule: str = "paper") -> s
     resolved = [f"{PREDICTOR_WORDS[p]} with ΔES, {said(r)}" for p, r in t.iterrows() if r.low > 0 or r.high < 0]
     resolved += [f"{PREDICTOR_WORDS[p]} with the share of the forgotten ES recovered (post hoc), {said(r)}"
                  for p, r in rec.iterrows() if r.low > 0 or r.high < 0]
-    second = ("No other pooled interval excludes 0." if not resolved else
-              f"{'Pooled intervals' if len(resolved) > 1 else 'The one pooled interval'} that exclude"
+    over = f"over all {int(frag.n)}"
+    second = (f"No other pooled interval {over} excludes 0." if not resolved else
+              f"{'Pooled intervals' if len(resolved) > 1 else 'The one pooled interval'} {over} that exclude"
               f"{'' if len(resolved) > 1 else 's'} 0: {'; '.join(resolved)}.")
     third = ("Within a method (its strengths, pooled over methods), FRAG's gap ranks ΔES at "
              f"{interval(frag.within_rho, frag.within_low, frag.within_high)}.")
