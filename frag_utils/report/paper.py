@@ -26,7 +26,7 @@ TABLE3_PANELS = Table("table3_panels", block=False, figure=True)
 TABLE1_BY_PRECISION = Table("frontier_table1", block=False, figure=True)  # Table 1's ΔES against utility
 PER_LAYER_FRAG = Table("per_layer_frag", block=False, figure=True)
 CLAIMS, CLAIMS_FP32 = (Table(name, dict.fromkeys(("paper_1B", "authors_recomputed_1B", ours, "low", "high"), "+.2f"),
-                             shown=("claim", "subset", "paper_1B", ours, "n", "verdict"))
+                             shown=("claim", "paper_1B", ours, "n", "verdict"))
                        for name, ours in (("claims", "ours_bf16"), ("claims_fp32", "ours_fp32")))
 CLAIMS_TABLE1 = Table("claims_table1", shown=("claim", "weights", "ours_delta_es", "verdict"))
 HEADLINE = Table("headline", dict.fromkeys(("paper_1B", "authors_1B"), "+.2f"))
