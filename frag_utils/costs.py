@@ -1,11 +1,7 @@
-"""What a grid costs: notebook time per notebook, from the executed records themselves.
-
-Every executed notebook carries papermill's ``duration`` (seconds of the whole run, kernel start
-to end) in its metadata. Summed over a profile's recorded runs it is the notebook time a rerun of
-the grid needs on the recording machine; a listed run not recorded yet is estimated by the median
-of the recorded runs of its kind (:func:`run_kind`: the method of an unlearning run, the attack
-data of an attack), an attack of several epochs at that many times one epoch of its kind, else the
-median of its notebook; a notebook with no recorded run has no estimate, nor then has the total.
+"""What a grid costs, from the executed records: papermill's ``duration`` of each run (kernel start to
+end, on the machine that made it). A run not recorded yet is estimated by the median recorded run
+of its kind (:func:`run_kind`), an attack of e epochs at e times one epoch of its kind, else by its
+notebook's median; a notebook with no recorded run has no estimate.
 """
 from __future__ import annotations
 
@@ -33,9 +29,8 @@ def run_kind(notebook: str, params: dict) -> str:
 
 
 def _estimator(df: pd.DataFrame):
-    """``estimate(notebook, kind)``: the median recorded seconds of that kind in ``df`` (rows of
-    ``notebook, kind, seconds``), an attack of e epochs at e times one epoch of its kind, else the
-    median of its notebook; None where ``df`` has no recorded run of the notebook."""
+    """``estimate(notebook, kind)`` from ``df`` (``notebook, kind, seconds``) by the module's rule; None
+    where ``df`` has no recorded run of the notebook."""
     by_kind = df.groupby(["notebook", "kind"]).seconds.median()
     by_notebook = df.groupby("notebook").seconds.median()
 
@@ -52,8 +47,7 @@ def _estimator(df: pd.DataFrame):
 
 
 def _durations(specs: list) -> pd.DataFrame:
-    """``notebook, kind, seconds`` of each spec (collectors left out): seconds as recorded, NaN where
-    the run has no complete record."""
+    """``notebook, kind, seconds`` of each spec but collectors (NaN where it has no complete record)."""
     from .runs import COLLECTORS
 
     rows = [{"notebook": s.notebook.stem, "kind": run_kind(s.notebook.stem, s.params),
@@ -63,12 +57,9 @@ def _durations(specs: list) -> pd.DataFrame:
 
 
 def notebook_times(specs: list) -> pd.DataFrame:
-    """Per notebook, over ``specs`` (:class:`frag_utils.runs.RunSpec`, collectors left out): the
-    runs listed and recorded, the recorded hours, the median minutes per recorded run, and the
-    estimated hours of the whole list (recorded runs as measured, the others at the median of
-    their kind), and how many runs have nothing to be estimated from (``not_estimated``: no run of
-    their notebook recorded), which ``estimated_hours`` leaves out (a lower bound then); a last row
-    ``all``."""
+    """Per notebook of ``specs`` (:class:`frag_utils.runs.RunSpec`, collectors left out), and ``all``:
+    runs listed and recorded, recorded hours, median minutes, estimated hours of the whole list, and
+    the runs with nothing to be estimated from (``not_estimated``), which that estimate leaves out."""
     df = _durations(specs)
     estimate = _estimator(df)
     fill = [estimate(n, k) for n, k in zip(df.notebook, df.kind)]
@@ -89,10 +80,8 @@ def notebook_times(specs: list) -> pd.DataFrame:
 
 
 def job_seconds(jobs: list, universe: list) -> list[float | None]:
-    """Roughly how long each job (:class:`frag_utils.runs.Job`) of a plan takes on the machine that
-    made the records: a run that has a record (a remake, a forced rerun) as long as its record took,
-    another at the median recorded run of its kind among ``universe``'s runs of the same notebook
-    (:func:`notebook_times`' rule); None where nothing of its notebook is recorded."""
+    """About how long each job (:class:`frag_utils.runs.Job`) of a plan takes where the records were
+    made: a recorded run as long as its record took, another by the module's rule over ``universe``."""
     stems = {j.spec.notebook.stem for j in jobs}
     estimate = _estimator(_durations([s for s in universe if s.notebook.stem in stems]))
     out = []

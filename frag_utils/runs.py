@@ -4,10 +4,8 @@ the jobs that bring a grid of them up to date (Snakemake runs them: ``workflow/S
 * Output names are built from parameter values: ``papermill_runs/<notebook>/<run name>/``, the run
   name being the ``profile`` parameter plus any overrides, e.g. ``smol`` or ``smol__lr=0.0001``
   (``smol.table1__lr=0.0001`` for a run of ``05_unlearn.table1.yaml``).
-* A run is complete when its executed notebook and ``results.json`` are both in place and the
-  record's parameters equal the requested ones (a parameter the notebook gained later counts as
-  equal at its default); complete runs are not planned, anything else is (re)done, written to a
-  temporary file and renamed at the end.
+* A complete run (:meth:`RunSpec.is_complete`) is not planned; anything else is (re)done, written
+  to a temporary file and renamed at the end.
 * A recorded run whose checkpoint a run needs and the cache lacks (a fresh machine, edited code)
   is remade into the cache, once, and its drift against the record printed; the record stays. A
   checkpoint half-written by a killed run is deleted before it reruns (:func:`drop_torn_checkpoints`).
@@ -100,9 +98,8 @@ def repo_relative(path: Path) -> str:
 
 
 def failed_notebook_path(spec: RunSpec, had_record: bool) -> Path:
-    """Where the partial executed notebook of a failed run is kept: next to the record it was
-    to replace (``<notebook>.failed.ipynb``), or, for a run that had no record, in the cache's
-    scratch folder ``failed/``, so that nothing in ``papermill_runs/`` looks like a run."""
+    """Where a failed run's partial notebook is kept: next to the record it was to replace, else in
+    the cache's ``failed/`` (nothing in ``papermill_runs/`` may look like a run)."""
     if had_record:
         return spec.out_dir / f"{spec.notebook.stem}.failed.ipynb"
     return paths.cache_dir() / "failed" / spec.notebook.stem / f"{spec.name}.ipynb"
@@ -139,9 +136,7 @@ def _failed(spec: RunSpec, tmp: Path, had_record: bool, err: Exception, remaking
 
 def drop_torn_checkpoints(spec: RunSpec) -> list[Path]:
     """Delete (and return) the trainer checkpoints without a readable ``trainer_state.json`` (the
-    Trainer writes it last: cut off mid-write) in ``spec``'s own work folders only (``*--<run>.work``,
-    02's ``target.work``, ``gold_<split>.work``, with ``_seed<N>`` at another seed; another runner
-    may be writing elsewhere)."""
+    Trainer writes it last) in ``spec``'s own work folders only: another runner may write elsewhere."""
     root, p = paths.cache_dir() / "checkpoints" / paths.safe_name(str(spec.params.get("profile"))), spec.params
     works = [*root.glob(f"*--{paths.safe_name(spec.name)}.work"), *(
         [root / f"{paths.trained_name(role, p.get('seed', paths.TARGET_SEED))}.work"
@@ -159,13 +154,9 @@ def drop_torn_checkpoints(spec: RunSpec) -> list[Path]:
 
 @functools.cache
 def check_kernel_package(kernel: str = KERNEL) -> None:
-    """Refuse to start where the notebook kernel would import another checkout's ``frag_utils``.
-
-    A record names the commit of the checkout the runner runs in; a kernel that imports the package
-    from elsewhere (a worktree sharing another checkout's editable ``.venv``) would compute with
-    that code under this commit's name. Asked of the kernel's own Python, from the notebooks'
-    folder, with this process's environment (which the kernel inherits).
-    """
+    """Refuse to start where the notebook kernel would import another checkout's ``frag_utils``
+    (a worktree sharing another checkout's editable ``.venv``): its record would name this checkout's
+    commit for other code. Asked of the kernel's own Python, with this process's environment."""
     from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
     try:
         python = KernelSpecManager().get_kernel_spec(kernel).argv[0]
@@ -189,9 +180,7 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, record_to:
         record_to: write the record and executed notebook there instead of the run's folder (a
             recorded run remade: its committed record stays as it is).
     Raises:
-        RunError: the notebook failed (an error in a cell, a kernel that did not start). Nothing of
-            the attempt stays in ``papermill_runs/`` where the run had no record before; the
-            partial executed notebook is kept (:func:`failed_notebook_path`) and named.
+        RunError: the notebook failed; its partial notebook is kept (:func:`failed_notebook_path`).
     """
     if record_to is None and not force and spec.is_complete():
         return {"run": f"{spec.notebook.stem}/{spec.name}", "status": "skipped (complete)", "seconds": 0.0}
@@ -233,8 +222,7 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, record_to:
     return {"run": f"{spec.notebook.stem}/{spec.name}", "status": "done", "seconds": round(time.time() - start, 1)}
 
 
-# how often a running notebook says where it is (the runner's output; the record keeps no trace)
-HEARTBEAT_SECONDS = 120.0
+HEARTBEAT_SECONDS = 120.0  # how often a running notebook says where it is (the runner's output, not the record)
 
 
 def where(notebook: Path) -> str:
@@ -255,8 +243,7 @@ def where(notebook: Path) -> str:
 
 @contextlib.contextmanager
 def heartbeat(label: str, notebook: Path, every: float = HEARTBEAT_SECONDS):
-    """While the block runs, print every ``every`` seconds how long ``label`` has run and which cell
-    of ``notebook`` (:func:`where`) it is in: a remake of half an hour says it is alive."""
+    """While the block runs, print every ``every`` seconds how long ``label`` has run and where (:func:`where`)."""
     import threading
 
     start, stop = time.time(), threading.Event()
@@ -289,9 +276,8 @@ def environment(**env: str):
             os.environ.pop(k, None)
 
 
-# A collector's inputs when it last ran. A collector is rerun only when they changed, so that
-# regenerating the tables from unchanged records changes no tracked file (its executed notebook
-# carries timestamps).
+# A collector's inputs when it last ran: rerun only when they changed, regenerating the tables from
+# unchanged records changes no tracked file (its executed notebook carries timestamps)
 INPUTS_FILE = "inputs.sha256"
 
 
@@ -319,15 +305,9 @@ def profiles() -> list[str]:
 
 
 def grid(profile: str) -> list[RunSpec]:
-    """Every run of a profile: ``papermill_runs/params/<profile>/*.yaml``, by notebook, each
-    notebook's main file first.
-
-    Each file is named after its notebook (``02_target_and_gold.yaml``), optionally with a
-    suffix for a further set of runs (``05_unlearn.table1.yaml``, after the main file), and holds
-    one mapping or a list of mappings. A run that an earlier file already holds with the same parameters is run once,
-    under its first name (find it with :func:`params_key`); two different runs of one notebook
-    may not share a name.
-    """
+    """Every run of a profile: ``papermill_runs/params/<profile>/<notebook>[.<suffix>].yaml``, each a
+    mapping or a list of them, by notebook, its main file first. A run two files hold with the same
+    parameters runs once, under its first name; two different runs of one notebook may not share one."""
     folder = paths.PARAMS_DIR / profile
     if not folder.is_dir():
         raise RunError(f"Unknown profile '{profile}'. Known profiles: {', '.join(profiles())}.")
@@ -369,7 +349,9 @@ def checkpoints_current(spec: RunSpec) -> bool:
 
 
 def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, bool]]:
-    """``(notebook, run name, record only)`` of every run ``spec`` reads from (:func:`needed_runs`)."""
+    """``(notebook, run name, record only)`` of every run ``spec`` reads from: the profile's notebook-02 run
+    for a run on ``profile-target`` or a gold run on ``profile-gold``, the named notebook-05 runs of notebooks
+    06 and 07, the run a matched-norm run matches (its record only)."""
     nb, p = spec.notebook.stem, spec.params
     makers = [s for s in specs if s.notebook.stem == "02_target_and_gold" and s.params["profile"] == p.get("profile")]
     names = []
@@ -392,11 +374,8 @@ def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, b
 
 
 def needed_runs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[RunSpec, bool]]:
-    """The runs ``spec`` reads from, each with whether it reads only their record (``True``) or also
-    their checkpoints: the profile's notebook-02 run for a run on ``profile-target`` (notebook 06's
-    ``model`` too) and for a gold
-    run on ``profile-gold``; the named notebook-05 runs of notebooks 06 and 07; the run a
-    matched-norm run matches (record only). Looked up in ``specs``, else among the records.
+    """The runs ``spec`` reads from (:func:`_named_inputs`), each with whether it reads only their
+    record (``True``) or also their checkpoints; looked up in ``specs``, else among the records.
 
     Raises:
         RunError: a run it reads from is neither in ``specs`` nor recorded: nothing could make it.
@@ -434,7 +413,6 @@ def remake(spec: RunSpec, reason: str, once: bool = False) -> dict:
     drift report. Under a lock in the cache; with ``once``, not when its checkpoints are current once
     the lock is had (``already current``): two jobs, or machines sharing a cache, make one checkpoint once."""
     import fcntl
-
 
     out = paths.cache_dir() / "remade" / spec.notebook.stem / spec.name
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -536,11 +514,7 @@ def upstream(spec: RunSpec, specs: list[RunSpec]) -> list[RunSpec]:
 
 def find_run(run: str, specs: list[RunSpec] | None = None) -> RunSpec:
     """``<notebook>/<run name>`` -> its spec: in ``specs`` and their profiles' grids
-    (:func:`dependency_grid`), else in the grid its name starts with, else a recorded run.
-
-    Raises:
-        RunError: no such run.
-    """
+    (:func:`dependency_grid`), else in the grid its name starts with, else a recorded run."""
     notebook, _, name = run.strip("/").partition("/")
     found = _find(notebook, name, dependency_grid(specs) if specs else
                   [s for p in profiles() if name.startswith(p) for s in grid(p)])
@@ -551,17 +525,9 @@ def find_run(run: str, specs: list[RunSpec] | None = None) -> RunSpec:
 
 
 def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
-    """Remake a recorded run, and every run it reads from, from an empty cache, and print each one's
-    drift against its committed record (:func:`remake`). Nothing tracked changes.
-
-    Args:
-        run: ``<notebook>/<run name>``, e.g. ``02_target_and_gold/tiny``.
-        workdir: the empty cache to remake in (default: a new temporary folder, removed after).
-    Returns:
-        One drift report per run, upstream first (:func:`frag_utils.drift.compare`, with ``run``).
-    Raises:
-        RunError: an unknown or unrecorded run, or a workdir that is not empty.
-    """
+    """Remake ``run`` (``<notebook>/<run name>``) and every run it reads from in the empty cache
+    ``workdir`` (default: a temporary one), printing each one's drift against its record
+    (:func:`remake`); returns the drift reports, upstream first. Nothing tracked changes."""
     import tempfile
 
     spec = find_run(run)
@@ -572,10 +538,7 @@ def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
                        f"make it first (frag run ... --select {unrecorded[0].split('/', 1)[1]}).")
     if workdir and Path(workdir).exists() and any(Path(workdir).iterdir()):
         raise RunError(f"--workdir {workdir} is not empty: verify remakes into an empty cache; name a new folder.")
-    root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="frag-verify-"))
-    try:
-        with environment(FRAG_CACHE_DIR=str(root)):  # this process and the kernels it starts
-            return [{"run": f"{s.notebook.stem}/{s.name}", **remake(s, "make verify")} for s in chain]
-    finally:
-        if not workdir:
-            shutil.rmtree(root, ignore_errors=True)
+    cache = (contextlib.nullcontext(str(workdir)) if workdir else
+             tempfile.TemporaryDirectory(prefix="frag-verify-", ignore_cleanup_errors=True))
+    with cache as root, environment(FRAG_CACHE_DIR=root):
+        return [{"run": f"{s.notebook.stem}/{s.name}", **remake(s, "make verify")} for s in chain]  # kernels too
