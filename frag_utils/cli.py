@@ -222,7 +222,8 @@ def _run_one(args: argparse.Namespace) -> dict:
     spec = runs.find_run(args.run, read_specs(args.specs) if args.specs else None)
     slot = _gpu_slot(args.gpus) if args.gpus else None  # noqa: F841 (held while the run runs)
     if args.remake:
-        report = runs.remake(spec, "its checkpoint is needed and not current in the cache", once=True)
+        roles = tuple(args.roles.split("+")) if args.roles else None
+        report = runs.remake(spec, "its checkpoint is needed and not current in the cache", once=True, roles=roles)
         entry = {"run": f"{spec.notebook.stem}/{spec.name}", "status": "remade", "drift": report["verdict"]}
     else:
         entry = runs.execute(spec, force=args.force)
@@ -398,6 +399,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     one.add_argument("--specs", default=None, help="a file of runs written by frag run, looked up first")
     one.add_argument("--force", action="store_true", help="rerun even if a complete record exists")
     one.add_argument("--remake", action="store_true", help="remake the recorded run into the cache for its checkpoint")
+    one.add_argument("--roles", default=None, help="with --remake of a notebook-02 run: make only these of its models "
+                                                   "(target, gold or target+gold), without running the notebook")
     one.add_argument("--gpus", type=int, default=0, help="take one of this machine's N GPUs")
     one.add_argument("--stamp", default=None, help="write the run's log entry (JSON) there when it ends")
     one.set_defaults(func=_run_one)

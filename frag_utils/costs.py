@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import paths
+
 
 def run_duration(executed: str | Path) -> float | None:
     """Seconds papermill recorded for one executed notebook, or None if it has none."""
@@ -81,12 +83,16 @@ def notebook_times(specs: list) -> pd.DataFrame:
 
 def job_seconds(jobs: list, universe: list) -> list[float | None]:
     """About how long each job (:class:`frag_utils.runs.Job`) of a plan takes where the records were
-    made: a recorded run as long as its record took, another by the module's rule over ``universe``."""
+    made: a recorded run as long as its record took (a remake of some of notebook 02's models, as
+    long as their training took), another by the module's rule over ``universe``."""
     stems = {j.spec.notebook.stem for j in jobs}
     estimate = _estimator(_durations([s for s in universe if s.notebook.stem in stems]))
     out = []
     for j in jobs:
         own = run_duration(j.spec.executed) if j.spec.executed.is_file() else None
+        if own is not None and j.roles:  # a remake of some of notebook 02's models: their training
+            training = json.loads((j.spec.out_dir / paths.RESULTS_FILE).read_text())["results"]["training"]
+            own = sum(training[r].get("summary", {}).get("train_seconds", 0) for r in j.roles)
         out.append(float(own) if own is not None else estimate(j.spec.notebook.stem,
                                                                run_kind(j.spec.notebook.stem, j.spec.params)))
     return out

@@ -328,30 +328,36 @@ def grid(profile: str) -> list[RunSpec]:
     return specs
 
 
-def _made(results: dict, notebook: str) -> list[Path]:
-    """The checkpoints in this machine's cache that a record names as made (notebook 02's target and
-    gold; notebook 05's unlearned model, for method gold notebook 02's gold model)."""
+def _made(results: dict, notebook: str, roles: tuple[str, ...] | None = None) -> dict[str, Path]:
+    """The checkpoints in this machine's cache that a record names as made, by role: notebook 02's
+    ``target`` and ``gold`` (only ``roles``, when given), notebook 05's ``unlearned`` model (for
+    method gold notebook 02's gold model)."""
     if notebook not in ("02_target_and_gold", "05_unlearn"):
-        return []
+        return {}
     named = (results.get("checkpoints", {}) if notebook == "02_target_and_gold"
              else {"unlearned": results.get("unlearned", "")})
     cache_root = str(paths.cache_dir())
-    return [Path(c) for c in paths.expand_cached(named).values() if c and str(c).startswith(cache_root)]
+    return {r: Path(c) for r, c in paths.expand_cached(named).items()
+            if c and str(c).startswith(cache_root) and (roles is None or r in roles)}
 
 
-def checkpoints_current(spec: RunSpec) -> bool:
-    """Whether every checkpoint ``spec``'s record names as made is in the cache and current: made
-    by this code from the inputs there now (:func:`frag_utils.cache.is_current`)."""
+def _results(spec: RunSpec) -> dict:
+    return json.loads((spec.out_dir / paths.RESULTS_FILE).read_text())["results"]
+
+
+def checkpoints_current(spec: RunSpec, roles: tuple[str, ...] | None = None) -> bool:
+    """Whether every checkpoint ``spec``'s record names as made (of ``roles``, when given) is in the
+    cache and current: made by this code from the inputs there now (:func:`frag_utils.cache.is_current`)."""
     from . import cache
 
-    results = json.loads((spec.out_dir / paths.RESULTS_FILE).read_text())["results"]
-    return all(cache.is_current(c) for c in _made(results, spec.notebook.stem))
+    return all(cache.is_current(c) for c in _made(_results(spec), spec.notebook.stem, roles).values())
 
 
-def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, bool]]:
-    """``(notebook, run name, record only)`` of every run ``spec`` reads from: the profile's notebook-02 run
-    for a run on ``profile-target`` or a gold run on ``profile-gold``, the named notebook-05 runs of notebooks
-    06 and 07, the run a matched-norm run matches (its record only)."""
+def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, tuple[str, ...] | None]]:
+    """``(notebook, run name, reads)`` of every run ``spec`` reads from: the profile's notebook-02 run
+    for a run on ``profile-target`` (its ``target``) or a gold run on ``profile-gold`` (its ``gold``), the
+    named notebook-05 runs of notebooks 06 and 07 (``None``: every checkpoint), the run a matched-norm
+    run matches (``()``: its record only)."""
     nb, p = spec.notebook.stem, spec.params
     makers = [s for s in specs if s.notebook.stem == "02_target_and_gold" and s.params["profile"] == p.get("profile")]
     names = []
@@ -360,31 +366,33 @@ def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, b
                                        p.get("unlearned_run") else "")))
     trains = [s for s in makers if s.params.get("seed", paths.TARGET_SEED) == seed]
     if trains:  # every 02 run of a profile at one seed trains its one target of that seed
-        names.append(("02_target_and_gold", trains[0].name, False))
+        names.append(("02_target_and_gold", trains[0].name, ("target",)))
     if nb == "05_unlearn" and p.get("method") == "gold" and p.get("gold") == "profile-gold":
-        names += [("02_target_and_gold", s.name, False) for s in makers
+        names += [("02_target_and_gold", s.name, ("gold",)) for s in makers
                   if s.params["forget_split"] == p["forget_split"]]
     if nb == "05_unlearn" and p.get("match_l2_run"):
-        names.append(("05_unlearn", p["match_l2_run"], True))
+        names.append(("05_unlearn", p["match_l2_run"], ()))
     if nb == "06_attacks" and p.get("unlearned_run"):
-        names.append(("05_unlearn", p["unlearned_run"], False))
+        names.append(("05_unlearn", p["unlearned_run"], None))
     if nb == "07_ablations" and p.get("unlearned_runs") not in (None, "", "all"):
-        names += [("05_unlearn", n.strip(), False) for n in p["unlearned_runs"].split(",") if n.strip()]
+        names += [("05_unlearn", n.strip(), None) for n in p["unlearned_runs"].split(",") if n.strip()]
     return names
 
 
-def needed_runs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[RunSpec, bool]]:
-    """The runs ``spec`` reads from (:func:`_named_inputs`), each with whether it reads only their
-    record (``True``) or also their checkpoints; looked up in ``specs``, else among the records.
+def needed_runs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[RunSpec, tuple[str, ...] | None]]:
+    """The runs ``spec`` reads from (:func:`_named_inputs`), each with what it reads of them: ``()``
+    their record only, the roles of the checkpoints it reads (``("target",)``), or ``None``, every
+    checkpoint they made; looked up in ``specs``, else among the records.
 
     Raises:
         RunError: a run it reads from is neither in ``specs`` nor recorded: nothing could make it.
     """
-    found: dict[tuple[str, str], bool] = {}
-    for stem, name, record_only in _named_inputs(spec, specs):
-        found[(stem, name)] = found.get((stem, name), True) and record_only
+    found: dict[tuple[str, str], tuple[str, ...] | None] = {}
+    for stem, name, reads in _named_inputs(spec, specs):
+        before = found.get((stem, name), ())
+        found[(stem, name)] = None if reads is None or before is None else tuple(sorted({*before, *reads}))
     deps = []
-    for (stem, name), record_only in found.items():
+    for (stem, name), reads in found.items():
         dep = _find(stem, name, specs)
         if dep is None:
             raise RunError(
@@ -393,7 +401,7 @@ def needed_runs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[RunSpec, bool
                 f"'{spec.params.get('profile')}', so it cannot be made first. Run it first ('frag run {stem} -f "
                 f"FILE -p NAME VALUE' with the parameters that name it), or name a recorded run (the folders of "
                 f"{repo_relative(paths.RUNS_DIR / stem)}).")
-        deps.append((dep, record_only))
+        deps.append((dep, reads))
     return deps
 
 
@@ -407,26 +415,56 @@ def _find(notebook: str, name: str, specs: list[RunSpec]) -> RunSpec | None:
     return RunSpec(parameters.resolve_notebook(notebook), json.loads(results.read_text())["provenance"]["params"], name)
 
 
-def remake(spec: RunSpec, reason: str, once: bool = False) -> dict:
+def remake(spec: RunSpec, reason: str, once: bool = False, roles: tuple[str, ...] | None = None) -> dict:
     """Execute a recorded run again into ``<cache>/remade/<notebook>/<run>/`` (its committed record
     stays) and print its drift against the record (:func:`frag_utils.drift.compare`); returns the
-    drift report. Under a lock in the cache; with ``once``, not when its checkpoints are current once
-    the lock is had (``already current``): two jobs, or machines sharing a cache, make one checkpoint once."""
+    drift report. With ``roles``, a notebook-02 run makes only those models (:func:`remake_models`).
+    Under a lock in the cache; with ``once``, not when its checkpoints are current once the lock is
+    had (``already current``): two jobs, or machines sharing a cache, make one checkpoint once."""
     import fcntl
 
     out = paths.cache_dir() / "remade" / spec.notebook.stem / spec.name
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / f".{spec.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its process dies
-        if once and checkpoints_current(spec):
+        if once and checkpoints_current(spec, roles):
             print(f"{spec.notebook.stem}/{spec.name}: its checkpoints are current (remade by another job)", flush=True)
             return {"verdict": "already current"}
+        if roles:
+            return remake_models(spec, roles, reason)
         shutil.rmtree(out, ignore_errors=True)
         entry = execute(spec, force=True, record_to=out)
     report = drift.compare(spec.out_dir / paths.RESULTS_FILE, out / paths.RESULTS_FILE)
     print(f"{entry['run']}: done ({entry['seconds']} s; {reason})", flush=True)
     print(drift.format_report(entry["run"], report), flush=True)
     return report
+
+
+def remake_models(spec: RunSpec, roles: tuple[str, ...], reason: str) -> dict:
+    """Train only ``roles`` (``target``, ``gold``) of a recorded notebook-02 run into the cache, as
+    its notebook does (:func:`train_models`), without running the notebook: the other model is not
+    trained and nothing is evaluated. Prints whether each is the recorded weights, bit for bit
+    (``make verify`` prints the drift of their evaluations)."""
+    run = f"{spec.notebook.stem}/{spec.name}"
+    if spec.notebook.stem != "02_target_and_gold" or not set(roles) <= {"target", "gold"}:
+        raise RunError(f"Only notebook 02's target and gold model are made alone, not {run}'s {'+'.join(roles)}.")
+    record = json.loads((spec.out_dir / paths.RESULTS_FILE).read_text())
+    start = time.time()
+    made = train_models(record["provenance"]["params"], roles)
+    print(f"{run}: made its {' and '.join(roles)} only ({time.time() - start:.0f} s; {reason})", flush=True)
+    same = {role: sha == record["results"].get("checkpoint_sha256", {}).get(role) for role, sha in made.items()}
+    for role, equal in same.items():
+        print(f"  {role}: " + ("the recorded weights, bit for bit" if equal else "not the recorded weights (other "
+              f"code, kernels or threads): make verify RUN={run} prints the drift of their evaluations"), flush=True)
+    return {"verdict": "bit-identical" if all(same.values()) else "other weights"}
+
+
+def train_models(params: dict, roles: tuple[str, ...]) -> dict[str, str | None]:
+    """Notebook 02's ``roles`` trained (or reused) with a run's parameters: ``{role: weights sha256}``."""
+    from . import models, prompts, train
+
+    prompts.set_template(params["prompt_template"])  # the chat prompts it was trained behind
+    return {role: models.weights_sha256(train.target_or_gold(role, params)[0]) for role in roles}
 
 
 @dataclass
@@ -438,10 +476,12 @@ class Job:
     force: bool = False
     needs: tuple[str, ...] = ()
     reason: str = ""
+    roles: tuple[str, ...] | None = None  # a remake of notebook 02 that makes only these models
 
     @property
     def key(self) -> str:
-        return f"{'remade/' if self.remake else ''}{self.spec.notebook.stem}/{self.spec.name}"
+        only = f"@{'+'.join(self.roles)}" if self.roles else ""
+        return f"{'remade/' if self.remake else ''}{self.spec.notebook.stem}/{self.spec.name}{only}"
 
 
 def plan(chosen: list[RunSpec], universe: list[RunSpec], force: bool = False) -> list[Job]:
@@ -455,34 +495,43 @@ def plan(chosen: list[RunSpec], universe: list[RunSpec], force: bool = False) ->
     Raises:
         RunError: a run reads from one nothing can make.
     """
+    from . import cache
+
     jobs: dict[str, Job] = {}
-    in_place: set[str] = set()
-    made_by: dict[Path, str] = {}  # checkpoint -> the remake that makes it
+    made_by: dict[Path, str] = {}  # checkpoint -> the job that makes it
+    current: dict[Path, bool] = {}
+
+    def require(dep: RunSpec, reads: tuple[str, ...] | None, why: str) -> list[str]:
+        """The jobs that make what a reader reads of ``dep`` (:func:`needed_runs`), made jobs here."""
+        key = f"{dep.notebook.stem}/{dep.name}"
+        if key in jobs:  # run in full: it makes everything it made
+            return [key]
+        if not dep.is_complete():
+            jobs[key] = Job(dep, needs=needs(dep), reason=f"unrecorded, {why}")
+            return [key]
+        made = _made(_results(dep), dep.notebook.stem, reads) if reads != () else {}
+        stale = {r: c for r, c in made.items() if not current.setdefault(c, cache.is_current(c))}
+        keys = []
+        for d, _ in needed_runs(dep, universe) if stale else ():
+            # a checkpoint that a run it reads made (a gold run's model is notebook 02's gold): made there
+            theirs = d.is_complete() and [r for r, c in _made(_results(d), d.notebook.stem).items()
+                                          if c in stale.values()]
+            keys += require(d, tuple(theirs), why) if theirs else []
+        keys += sorted({made_by[c] for c in stale.values() if c in made_by})
+        todo = {r: c for r, c in stale.items() if c not in made_by}
+        if not todo:
+            return keys
+        made_all = _made(_results(dep), dep.notebook.stem)
+        every = dep.notebook.stem != "02_target_and_gold" or todo.keys() == made_all.keys()
+        job = Job(dep, True, needs=needs(dep), roles=None if every else tuple(sorted(todo)),
+                  reason=f"its checkpoint is not in the cache, or other code made it; {why}")
+        jobs[job.key] = job
+        made_by.update(dict.fromkeys(todo.values(), job.key))
+        return [*keys, job.key]
 
     def needs(spec: RunSpec) -> tuple[str, ...]:
-        keys = []
-        for dep, record_only in needed_runs(spec, universe):
-            key, why = f"{dep.notebook.stem}/{dep.name}", f"needed by {spec.notebook.stem}/{spec.name}"
-            if key in in_place or {key, f"remade/{key}"} & set(jobs):
-                keys += [k for k in (key, f"remade/{key}") if k in jobs]
-                continue
-            if not dep.is_complete():
-                job = Job(dep, needs=needs(dep), reason=f"unrecorded, {why}")
-            elif not record_only and not checkpoints_current(dep):
-                upstream = needs(dep)
-                made = _made(json.loads((dep.out_dir / paths.RESULTS_FILE).read_text())["results"], dep.notebook.stem)
-                if made and all(c in made_by for c in made):  # a gold run's model: back with its 02 run's remake
-                    keys += sorted({made_by[c] for c in made})
-                    continue
-                job = Job(dep, True, needs=upstream, reason=f"its checkpoint is not in the cache, or other code made "
-                                                            f"it; {why}")
-                made_by.update(dict.fromkeys(made, job.key))
-            else:
-                in_place.add(key)
-                continue
-            jobs[job.key] = job
-            keys.append(job.key)
-        return tuple(keys)
+        why = f"needed by {spec.notebook.stem}/{spec.name}"
+        return tuple(dict.fromkeys(k for dep, reads in needed_runs(spec, universe) for k in require(dep, reads, why)))
 
     for spec in chosen:
         key, collector = f"{spec.notebook.stem}/{spec.name}", spec.notebook.stem in COLLECTORS

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from torch.utils.data import Dataset
 from transformers import Trainer
 
-from . import cache, models, numerics
+from . import cache, data, models, numerics, paths
 from .progress import progress_enabled, quiet_transformers
 from .prompts import IGNORE, collate, encode_qa
 from .records import seed_everything
@@ -67,6 +67,33 @@ class TrainConfig:
     def as_dict(self) -> dict:
         """The settings that decide the numbers (``device`` says where they are computed)."""
         return {k: v for k, v in asdict(self).items() if k != "device"}
+
+
+# TrainConfig fields a notebook-02 run sets by its parameters of the same names
+_RUN_SETTINGS = ("epochs", "lr", "batch_size", "grad_accum", "warmup_epochs", "scheduler", "weight_decay", "bf16",
+                 "weights", "seed", "group_by_length")
+
+
+def run_config(params: dict, device: str) -> TrainConfig:
+    """The fine-tuning settings of a notebook-02 run with these parameters."""
+    return TrainConfig(**{k: params[k] for k in _RUN_SETTINGS}, device=device)
+
+
+def target_or_gold(role: str, params: dict) -> tuple[str, dict]:
+    """Notebook 02's ``role``: the target (the base model fine-tuned on ``full``) or the gold model
+    (on the retain split matching ``forget_split``), trained into its cache folder, or reused there
+    (:func:`train_or_reuse`). Called by the notebook, and by the runner when a run reads only one of
+    them (the other is not trained). Returns its folder and its record."""
+    limit = params["train_limit"] or None
+    split = "full" if role == "target" else data.matching_retain(params["forget_split"])
+    records = data.load_split(params["data_source"], split, limit)
+    name = paths.trained_name(role if role == "target" else f"gold_{params['forget_split']}", params["seed"])
+    folder = paths.checkpoint_dir(params["profile"], name)
+    spec = {"data_source": params["data_source"], "split": split, "train_limit": params["train_limit"],
+            **({"prompt_template": params["prompt_template"]} if params["prompt_template"] != "model" else {})}
+    config = run_config(params, numerics.resolve_device(params["device"]))
+    return str(folder), train_or_reuse(params["base_model"], records, config, folder, spec,
+                                       retrain=params["retrain"], save_bf16=params["save_bf16"])
 
 
 class QADataset(Dataset):

@@ -1,7 +1,8 @@
 """A fake papermill for the runner's tests: it writes what the real notebooks 02, 05 and 06 write
 (the executed notebook, first to the temporary file; results.json; the checkpoints 02 and 05 cache)
-in a few milliseconds. Its state lives in files, so that the jobs Snakemake starts in other
-processes share it (``fake_site/sitecustomize.py`` installs it there).
+in a few milliseconds, and the models of notebook 02 a remake makes alone (``runs.train_models``).
+Its state lives in files, so that the jobs Snakemake starts in other processes share it
+(``fake_site/sitecustomize.py`` installs it there).
 
 State (a JSON file): ``kill_at`` kills the n-th execution midway (its temporary notebook written,
 a torn trainer checkpoint left in a 05 run's work folder, no record); ``fail_at`` makes it fail
@@ -125,5 +126,18 @@ def install(state: State):
         with open(output_path, "w") as f:
             json.dump({"executed": parameters["run_name"]}, f)
 
+    def fake_train_models(params, roles):  # runs.train_models: notebook 02's models without the notebook
+        with open(state.calls_file, "a") as f:
+            f.write(f"02_target_and_gold/{params['run_name']}@{'+'.join(roles)}\n")
+        made = {}
+        for role in roles:
+            name = {"target": "target", "gold": "gold_forget10"}[role]
+            fake_checkpoint(paths.checkpoint_dir("t", name), {"role": name}, {}, f"{name} {state['target_es']}")
+            made[role] = sha(paths.checkpoint_dir("t", name))
+        return made
+
+    from frag_utils import runs
+
     papermill.execute_notebook = fake
+    runs.train_models = fake_train_models
     return fake

@@ -56,7 +56,14 @@ def test_a_plan_says_how_long_each_job_takes_its_own_record_first_then_the_media
     fresh.executed.unlink()
     other = _Spec(tmp_path, "07_ablations", None)  # nothing of its notebook recorded: no estimate
     other.executed.unlink()
-    jobs = [SimpleNamespace(spec=s) for s in (universe[2], fresh, other)]  # a remake takes as long as its record
+    jobs = [SimpleNamespace(spec=s, roles=None) for s in (universe[2], fresh, other)]  # a remake: as its record
     assert costs.job_seconds(jobs, [*universe, fresh, other]) == [60, 900, None]
+    # notebook 02's target made alone: as long as its training took, not the whole record (1500 s)
+    trained = _Spec(tmp_path, "02_target_and_gold", 1500)
+    trained.out_dir = tmp_path
+    (tmp_path / "results.json").write_text(json.dumps({"results": {"training": {
+        "target": {"summary": {"train_seconds": 800.0}}, "gold": {"summary": {"train_seconds": 500.0}}}}}))
+    assert costs.job_seconds([SimpleNamespace(spec=trained, roles=("target",)),
+                              SimpleNamespace(spec=trained, roles=None)], [trained]) == [800, 1500]
     assert [costs.minutes(s) for s in (60, 900, 9000, None)] == ["about 1 min", "about 15 min", "about 2.5 h",
                                                                 "no estimate"]

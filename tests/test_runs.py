@@ -194,6 +194,7 @@ def fake_grid(tmp_path, monkeypatch):
     (folder / "06_attacks.yaml").write_text("- {profile: t, unlearned_run: t__method=npo}\n"
                                             "- {profile: t, unlearned_run: t__method=gold}\n")
     monkeypatch.setattr(papermill, "execute_notebook", papermill.execute_notebook)  # put back after the test
+    monkeypatch.setattr(runs, "train_models", runs.train_models)
     state = fake_papermill.State(tmp_path / "fake.json")
     fake_papermill.install(state)
     return state
@@ -207,7 +208,8 @@ def _make(select=None, force=False, chosen=None, specs=None):
     jobs = runs.plan(chosen, universe, force)
     extra = ["--specs", str(cli.write_specs(chosen, specs))] if specs else []
     for job in jobs:
-        args = [job.key.removeprefix("remade/"), *extra, *(["--remake"] if job.remake else [])]
+        args = [f"{job.spec.notebook.stem}/{job.spec.name}", *extra, *(["--remake"] if job.remake else []),
+                *(["--roles", "+".join(job.roles)] if job.roles else [])]
         ns = cli.build_parser().parse_args(["run-one", *args, *(["--force"] if job.force else [])])
         ns.func(ns)
     return jobs
@@ -251,21 +253,23 @@ def test_a_checkpoint_two_jobs_need_is_remade_once_as_a_job_of_its_own(fake_grid
     _make(chosen=[s for s in runs.grid("t") if s.notebook.stem != "06_attacks"])
     shutil.rmtree(tmp_path / "cache")  # a fresh machine: records committed, cache empty
     fake_grid.update(calls=[])
-    # the profile's attacks at another rate, through Snakemake: the npo model's remake and the gold
-    # attack both need the target's, one job made before either
+    # the profile's attacks at another rate, through Snakemake: the npo model's remake needs notebook
+    # 02's target only, the gold attack its gold model only; each is made alone, once, before its reader
     specs = runs.plan_run("06_attacks", "t/06_attacks.yaml", {"lr": 1e-4})
     assert [(j.key, j.needs) for j in runs.plan(specs, runs.dependency_grid(specs))] == [
-        ("remade/02_target_and_gold/t", ()), ("remade/05_unlearn/t__method=npo", ("remade/02_target_and_gold/t",)),
+        ("remade/02_target_and_gold/t@target", ()),
+        ("remade/05_unlearn/t__method=npo", ("remade/02_target_and_gold/t@target",)),
         ("06_attacks/t__lr=0.0001__unlearned_run=t__method=npo", ("remade/05_unlearn/t__method=npo",)),
-        ("06_attacks/t__lr=0.0001__unlearned_run=t__method=gold", ("remade/02_target_and_gold/t",))]
+        ("remade/02_target_and_gold/t@gold", ()),
+        ("06_attacks/t__lr=0.0001__unlearned_run=t__method=gold", ("remade/02_target_and_gold/t@gold",))]
     assert cli.main(["run", "06_attacks", "-f", "t/06_attacks.yaml", "-p", "lr", "1e-4", "--jobs", "2"]) == 0
     calls = fake_grid["calls"]
-    assert calls[:2] == ["02_target_and_gold/t", "05_unlearn/t__method=npo"] or calls[:2] == [
-        "02_target_and_gold/t", "06_attacks/t__lr=0.0001__unlearned_run=t__method=gold"]
-    assert sorted(calls) == sorted(["02_target_and_gold/t", "05_unlearn/t__method=npo",
-                                    "06_attacks/t__lr=0.0001__unlearned_run=t__method=npo",
-                                    "06_attacks/t__lr=0.0001__unlearned_run=t__method=gold"])
-    assert "runs: 2 done, 2 remade, 0 skipped (complete)" in capfd.readouterr().err
+    assert calls.index("02_target_and_gold/t@target") < calls.index("05_unlearn/t__method=npo") < calls.index(
+        "06_attacks/t__lr=0.0001__unlearned_run=t__method=npo")
+    gold = "06_attacks/t__lr=0.0001__unlearned_run=t__method=gold"
+    assert calls.index("02_target_and_gold/t@gold") < calls.index(gold)
+    assert len(calls) == 5 and "02_target_and_gold/t" not in calls  # the notebook itself is not run again
+    assert "runs: 2 done, 3 remade, 0 skipped (complete)" in capfd.readouterr().err
     # two jobs asking for it at once, outside one workflow (two machines sharing the cache): made once
     shutil.rmtree(tmp_path / "cache" / "checkpoints" / "t" / "unlearned--t__method=npo")
     fake_grid.update(calls=[])
@@ -285,15 +289,16 @@ def test_a_run_whose_inputs_are_recorded_but_not_cached_remakes_them_first(fake_
     fake_grid.update(calls=[])
     jobs = _make(select="06_attacks/t__unlearned_run=t__method=npo")
     # the attack needs the npo checkpoint, which needs the target: remade in that order, ga untouched
-    assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo",
-                                  "06_attacks/t__unlearned_run=t__method=npo"]
+    assert fake_grid["calls"] == ["02_target_and_gold/t@target", "05_unlearn/t__method=npo",
+                                  "06_attacks/t__unlearned_run=t__method=npo"]  # the gold model is not trained
     assert "not in the cache" in jobs[1].reason and jobs[1].key == "remade/05_unlearn/t__method=npo"
     assert runs.plan([s for s in specs if "method=npo" in s.name and s.notebook.stem == "06_attacks"], specs) == []
-    # the whole grid: 02 and 05 are recorded; the gold run's checkpoint is notebook 02's, back with 02
+    # the whole grid: 02 and 05 are recorded; the gold run's checkpoint is notebook 02's gold model, made alone
     shutil.rmtree(tmp_path / "cache")
     shutil.rmtree(paths.RUNS_DIR / "06_attacks")
     assert _keys(runs.plan(specs, specs)) == [
-        "remade/02_target_and_gold/t", "remade/05_unlearn/t__method=npo", "06_attacks/t__unlearned_run=t__method=npo",
+        "remade/02_target_and_gold/t@target", "remade/05_unlearn/t__method=npo",
+        "06_attacks/t__unlearned_run=t__method=npo", "remade/02_target_and_gold/t@gold",
         "06_attacks/t__unlearned_run=t__method=gold"]
 
 
@@ -308,13 +313,16 @@ def test_a_remake_that_differs_prints_its_drift_goes_on_and_keeps_the_committed_
     capsys.readouterr()
     _make(select="06_attacks/t__unlearned_run=t__method=npo")
     printed = capsys.readouterr().out
-    assert "02_target_and_gold/t: remade, outside tolerance of its record" in printed
-    assert "/evaluation/target/es" in printed and "OUTSIDE" in printed  # 0.8 against 0.9
+    # the target alone, without notebook 02 (nothing evaluated): its other weights are named
+    assert "02_target_and_gold/t: made its target only" in printed
+    assert "target: not the recorded weights" in printed and "make verify RUN=02_target_and_gold/t" in printed
+    assert not (tmp_path / "cache" / "remade" / "02_target_and_gold" / "t").exists()
     assert "05_unlearn/t__method=npo: remade, within tolerance" in printed
     # the committed records are kept; the remade ones lie in the cache beside the checkpoints
     assert {k: v for k, v in _records(paths.RUNS_DIR).items() if k in before} == before
-    remade = json.loads((tmp_path / "cache" / "remade" / "02_target_and_gold" / "t" / paths.RESULTS_FILE).read_text())
-    assert remade["results"]["evaluation"]["target"]["es"] == 0.8
+    remade = json.loads((tmp_path / "cache" / "remade" / "05_unlearn" / "t__method=npo" / paths.RESULTS_FILE)
+                        .read_text())
+    assert remade["results"]["evaluated_on"] == "target 0.8"
     # the attack was made from the remade npo model, which was made from the remade target
     attack = json.loads((paths.RUNS_DIR / "06_attacks" / "t__unlearned_run=t__method=npo" / paths.RESULTS_FILE)
                         .read_text())
@@ -329,12 +337,14 @@ def test_a_checkpoint_made_by_other_code_is_remade_before_a_run_reads_it(fake_gr
     monkeypatch.setattr(cache, "source_hash", lambda: "edited")  # an equation of the package edited
     assert not runs.checkpoints_current(specs[0])
     _make(select="06_attacks/t__unlearned_run=t__method=gold")
-    # the gold run's checkpoint is notebook 02's: current again once 02 is remade, so 05/gold is not
-    assert fake_grid["calls"] == ["02_target_and_gold/t", "06_attacks/t__unlearned_run=t__method=gold"]
-    assert runs.checkpoints_current(specs[0])
+    # the gold run's checkpoint is notebook 02's gold model: current again once it is made, so 05/gold is not
+    assert fake_grid["calls"] == ["02_target_and_gold/t@gold", "06_attacks/t__unlearned_run=t__method=gold"]
+    assert runs.checkpoints_current(specs[0], ("gold",)) and not runs.checkpoints_current(specs[0])
     fake_grid.update(calls=[])
-    _make(select="06_attacks/t__unlearned_run=t__method=npo")  # npo was made from the old code
-    assert fake_grid["calls"] == ["05_unlearn/t__method=npo", "06_attacks/t__unlearned_run=t__method=npo"]
+    _make(select="06_attacks/t__unlearned_run=t__method=npo")  # npo was made from the old code, and its target
+    assert fake_grid["calls"] == ["02_target_and_gold/t@target", "05_unlearn/t__method=npo",
+                                  "06_attacks/t__unlearned_run=t__method=npo"]
+    assert runs.checkpoints_current(specs[0])
 
 
 def test_a_remake_killed_midway_changes_no_record_and_is_remade_next_time(fake_grid, tmp_path):
@@ -363,10 +373,10 @@ def test_runs_read_for_their_record_only_are_run_when_unrecorded_and_hub_ids_are
     (folder / "05_unlearn.m.yaml").write_text("{profile: t, method: sp, match_l2_run: t}\n")
     specs = runs.grid("t")
     matched = next(s for s in specs if s.params["match_l2_run"])
-    assert [(d.name, only) for d, only in runs.needed_runs(matched, specs)] == [("t", True)]
+    assert [(d.name, reads) for d, reads in runs.needed_runs(matched, specs)] == [("t", ())]  # its record only
     assert [(j.key, j.needs) for j in runs.plan([matched], specs)] == [
         ("05_unlearn/t", ()), ("05_unlearn/t.m", ("05_unlearn/t",))]
-    assert runs._made({"unlearned": "org/some-gold-model"}, "05_unlearn") == []  # a hub id is not a local checkpoint
+    assert runs._made({"unlearned": "org/some-gold-model"}, "05_unlearn") == {}  # a hub id is not a local checkpoint
 
 
 def test_a_failed_run_without_a_record_leaves_no_run_folder_and_names_its_error(fake_grid, tmp_path):
@@ -437,7 +447,7 @@ def test_a_run_of_one_notebook_remakes_the_runs_it_reads_from_the_profile_grid(f
     shutil.rmtree(tmp_path / "cache")  # recorded, but not cached
     fake_grid.update(calls=[])
     jobs = _make(chosen=specs, specs=tmp_path / "specs.json", force=True)
-    assert fake_grid["calls"] == ["02_target_and_gold/t", "05_unlearn/t__method=npo",
+    assert fake_grid["calls"] == ["02_target_and_gold/t@target", "05_unlearn/t__method=npo",
                                   "06_attacks/t__lr=0.0001__unlearned_run=t__method=npo"]
     assert [j.remake for j in jobs] == [True, True, False] and "not in the cache" in jobs[1].reason
     without = runs.plan_run("06_attacks", None, {"profile": "t", "unlearned_run": "t__method=nope"})
@@ -579,8 +589,8 @@ def test_an_attack_of_the_target_itself_reads_the_profiles_notebook_02_run_and_a
                                             "- {profile: t, model: some/hub-model, seed: 1}\n")
     specs = runs.grid("t")
     target, named = [s for s in specs if s.notebook.stem == "06_attacks"]
-    assert [(d.notebook.stem, d.name, only) for d, only in runs.needed_runs(target, specs)] == [
-        ("02_target_and_gold", "t", False)]  # its checkpoint: made first where missing
+    assert [(d.notebook.stem, d.name, reads) for d, reads in runs.needed_runs(target, specs)] == [
+        ("02_target_and_gold", "t", ("target",))]  # its target: made first where missing
     assert runs.needed_runs(named, specs) == []
     assert [(j.key, j.needs) for j in runs.plan([target], specs)] == [
         ("02_target_and_gold/t", ()), (f"06_attacks/{target.name}", ("02_target_and_gold/t",))]
