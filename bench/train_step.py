@@ -6,10 +6,8 @@ tried for issue 41:
   2. grouped: and batches grouped by length (`group_by_length`, what the smol target and gold use),
   3. short_prompt: and OpenUnlearning's short system prompt (the smol profile: today's path),
   4. fused_adamw: and PyTorch's fused AdamW (`optimizer: adamw_torch_fused`) for the foreach one,
-  5. compiled: and the model under `torch.compile` (inductor), its compilation timed apart;
-     compiled_dynamic: the same with every shape dynamic (one graph for every batch length);
-     compiled_layers: only the decoder layers compiled, every shape dynamic (the layers share one
-     graph: what is traced and guarded is one layer, not the model).
+  5. compiled_layers: and each decoder layer compiled (inductor), every shape dynamic (the layers
+     share one graph: what is traced and guarded is one layer, not the model); not adopted (bench/README.md).
 Each variant trains a fresh copy of the model for one epoch; its seconds per step (the median of
 the steps after the first, which pays start-up and compilation) are the point, beside a large fp32
 matrix product's rate on the same threads and the matrix products' share of each step (their
@@ -38,15 +36,13 @@ from frag_utils import data, models, paths, prompts, records, train  # noqa: E40
 
 from _common import machine  # noqa: E402
 
-VARIANTS = {  # name: (trainer class, group by length, prompt template, optimizer, compiled)
+VARIANTS = {  # name: (trainer class, group by length, prompt template, optimizer, decoder layers compiled)
     "old": (Trainer, False, "model", "adamw_torch", False),
     "label_positions": (None, False, "model", "adamw_torch", False),
     "grouped": (None, True, "model", "adamw_torch", False),
     "short_prompt": (None, True, "openunlearning", "adamw_torch", False),
     "fused_adamw": (None, True, "openunlearning", "adamw_torch_fused", False),
-    "compiled": (None, True, "openunlearning", "adamw_torch_fused", True),
-    "compiled_dynamic": (None, True, "openunlearning", "adamw_torch_fused", "dynamic"),
-    "compiled_layers": (None, True, "openunlearning", "adamw_torch_fused", "layers"),
+    "compiled_layers": (None, True, "openunlearning", "adamw_torch_fused", True),
 }
 BASE = "short_prompt"  # today's path: the others' weights are compared with its
 
@@ -137,11 +133,9 @@ def main() -> None:
                                    scheduler="constant", group_by_length=grouped, seed=42, device="cpu",
                                    optimizer=optimizer)
         model, tokenizer = models.load_model(args.model, seed=42)
-        if compiled == "layers":  # in place, each decoder layer: one traced graph serves them all
+        if compiled:  # in place, each decoder layer: one traced graph serves them all
             for layer in model.model.layers:
                 layer.compile(dynamic=True)
-        elif compiled:  # in place: Trainer still sees the model's own class
-            model.compile(dynamic=True) if compiled == "dynamic" else model.compile()
         dataset = train.QADataset(tokenizer, recs, config.chat, config.max_len)
         timer = StepTimes(profile=profiled)
         work = tempfile.mkdtemp(prefix="bench_step_")
@@ -178,6 +172,9 @@ def main() -> None:
         result["over_old"] = {name: per_step[name] / per_step["old"] for name in per_step}
     if profile:
         profile["step_rate_over_matmul_rate"] = profile["matmul_gflop_per_step"] / per_step[BASE] / rate
+        # every variant does the same matrix products (the same batches and model): its rate is theirs over its step
+        profile["step_rate_over_matmul_rate_by_variant"] = {name: profile["matmul_gflop_per_step"] / sec / rate
+                                                           for name, sec in per_step.items() if _same_data(name)}
         result["profile"] = profile
     out = Path(args.out) if args.out else (paths.cache_dir() / "bench" if args.quick else
                                            paths.BENCH_RESULTS_DIR) / "train_step.json"
@@ -189,8 +186,9 @@ def main() -> None:
               f"{result['over_base'][name]:.2f}x {BASE}; weights "
               + ("other data" if diff is None else "identical" if diff == 0 else f"up to {diff:.1e} apart"))
     if profile:
-        print(f"{BASE}: matrix products {profile['matmul_gflop_per_step']:.0f} GFLOP per step, "
-              f"{profile['step_rate_over_matmul_rate']:.0%} of the matrix-product rate for the whole step")
+        print(f"matrix products {profile['matmul_gflop_per_step']:.0f} GFLOP per step; the whole step at "
+              + ", ".join(f"{v:.0%} ({k})" for k, v in profile["step_rate_over_matmul_rate_by_variant"].items())
+              + " of the matrix-product rate")
         for kind, sec in profile["seconds_per_step_by_kind"].items():
             print(f"  {kind:24s} {sec:6.2f} s/step")
 
