@@ -11,12 +11,14 @@ Model Utility, as a fraction of the target's, is nearest the median of the split
 variant_checkpoints below); multiple choice on the target itself too, in a
 file of its own (frag_utils.report.MC_TARGET). Chosen from the unlearning records alone, before
 any variant is run, and only once every frontier unlearning run of the split is recorded (a later
-record could move the median and so the choice). A file once written is not rewritten with other
-entries: its runs would drop out of the tables (delete it, and its records, to plan anew).
+record could move the median and so the choice). A file once written keeps its entries under their
+names: a family's new changes are added to it, and a plan that would drop or rename one of its runs
+is refused (they would drop out of the tables; delete the file and its records to plan anew).
 """
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import yaml
 
@@ -71,6 +73,19 @@ def attack_variants(rec: Records, forget_split: str, seeds: tuple[int, ...] = SE
     return plans
 
 
+def kept(file, entries: list[dict]) -> bool:
+    """Whether ``entries`` hold every run of ``file`` under the same name (new ones may be added)."""
+    import tempfile
+
+    from frag_utils import runs
+
+    with tempfile.TemporaryDirectory() as tmp:
+        new = Path(tmp) / file.name
+        new.write_text(yaml.safe_dump(entries, sort_keys=False))
+        planned = {s.name: s.params for s in runs.plan_run("06_attacks", new)}
+    return all(planned.get(s.name) == s.params for s in runs.plan_run("06_attacks", file))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--profile", default="smol")
@@ -90,9 +105,10 @@ def main() -> None:
         for family, entries in attack_variants(rec, split).items():
             body = yaml.safe_dump(entries, sort_keys=False, default_flow_style=None, width=1000)  # an entry a line
             file = rec.params_dir / variants_file(family, split)
-            if file.is_file() and yaml.safe_load(file.read_text()) != entries:
-                raise SystemExit(f"{file} exists with other entries: its recorded runs would drop out of the tables. "
-                                 "Delete it and its records in papermill_runs/06_attacks/ to plan anew.")
+            if file.is_file() and not kept(file, entries):
+                raise SystemExit(f"{file} exists with entries this plan drops or renames: its recorded runs would "
+                                 "drop out of the tables. Delete it and its records in papermill_runs/06_attacks/ to "
+                                 "plan anew.")
             on = "# the target itself (profile-target: notebook 02's target), the table's reference row:\n" \
                 if family == MC_TARGET else listing
             file.write_text(HEADER.format(profile=args.profile, family=family, split=split, chosen=on) + body)

@@ -831,3 +831,14 @@ def test_every_notebook_07_record_scores_with_the_activation_norms_what_notebook
         assert compared >= 26  # forget05's frontier: every checkpoint it scored
     elif not compared:
         pytest.skip("no notebook-07 record scores a checkpoint with its 05 record's calibration")
+
+
+def test_a_variants_file_takes_new_runs_but_no_plan_that_drops_or_renames_one_of_its_runs(tmp_path):
+    kept = _script("plan_attack_variants").kept
+    base = {"profile": "smol", "unlearned_run": "x", "seed": 42}
+    entries = [{**base, "optimizer": "sgd_momentum"}, {**base, "optimizer": "adagrad"}]
+    file = tmp_path / "06_attacks.attack_optim_forget10.yaml"
+    file.write_text(yaml.safe_dump(entries))
+    assert kept(file, [*entries, {**base, "optimizer": "sgd"}])  # a change added: the runs keep their names
+    assert not kept(file, entries[:1])  # one dropped
+    assert not kept(file, [*entries, {**base, "optimizer": "sgd", "lr": 1e-4}])  # lr now varies: every name changes

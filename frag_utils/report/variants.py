@@ -17,8 +17,12 @@ MC_FAMILY = "multiple_choice"  # a family of variant files: the protocol's attac
 # each family's file (variants_file) varies one setting of the protocol's attack
 ATTACK_VARIANTS = {
     "attack_lr": ({"lr": 5e-5}, {"lr": 1e-4}, {"lr": 4e-4}),  # the protocol's 2e-4 x 1/4, 1/2, 2
-    "attack_optim": ({"optimizer": "sgd_momentum"}, {"optimizer": "adagrad"}, {"weight_decay": 0.0}),
-    "attack_data": ({"attack_data": "forget"}, {"attack_data": "retain"}, {"attack_data": "mix50"}),
+    # the paper's optimizer and attack-data rows; plain SGD, Adafactor, the paraphrased forget set and
+    # forget+general appended later (issue 65), so the files name them after the first three
+    "attack_optim": ({"optimizer": "sgd_momentum"}, {"optimizer": "adagrad"}, {"weight_decay": 0.0},
+                     {"optimizer": "sgd"}, {"optimizer": "adafactor"}),
+    "attack_data": ({"attack_data": "forget"}, {"attack_data": "retain"}, {"attack_data": "mix50"},
+                    {"attack_data": "paraphrased_forget"}, {"attack_data": "forget_general"}),
     "attack_horizon": ({"epochs": 10, "eval_epochs": "1,2,3,5,10"},),
     "attack_lora": ({"lora_rank": 16, "lr": 1e-3},),  # LoRA at 5x the protocol's rate, as LoRA is usually run
     # not a variant: the protocol's attack again with lm-eval's multiple choice before and after it
