@@ -148,19 +148,26 @@ def checkpoint(folder: str | Path, kind: str, settings: dict, models: dict[str, 
     Returns:
         The record (``reused``: whether it came from the cache).
     """
+    import fcntl
+
     from .models import is_checkpoint, write_record
 
     folder = Path(folder)
     artefact_key = key(kind, settings, models)
-    record = _record(folder)
-    if not remake and record.get("cache_key") == artefact_key and is_checkpoint(folder):
-        return {**record, "reused": True}
-    work = work_dir(folder, artefact_key)
-    record = {**make(folder, work), "cache_key": artefact_key,
-              "cache": {"kind": kind, "settings": settings, "models": {r: str(m) for r, m in models.items()},
-                        "kernels": kernels()}}
-    write_record(folder, json.loads(json.dumps(record, default=str)))
-    shutil.rmtree(work, ignore_errors=True)
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # one maker at a time (two jobs, or machines sharing a cache, that need the same checkpoint): the
+    # second waits, then reuses what the first made under the same key
+    with open(folder.with_name(f".{folder.name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its process dies
+        record = _record(folder)
+        if not remake and record.get("cache_key") == artefact_key and is_checkpoint(folder):
+            return {**record, "reused": True}
+        work = work_dir(folder, artefact_key)
+        record = {**make(folder, work), "cache_key": artefact_key,
+                  "cache": {"kind": kind, "settings": settings, "models": {r: str(m) for r, m in models.items()},
+                            "kernels": kernels()}}
+        write_record(folder, json.loads(json.dumps(record, default=str)))
+        shutil.rmtree(work, ignore_errors=True)
     return {**record, "reused": False}
 
 

@@ -219,10 +219,13 @@ def _gpu_slot(count: int):
 def _run_one(args: argparse.Namespace) -> dict:
     from . import runs
 
+    roles = tuple(args.roles.split("+")) if args.roles else None
+    if roles and (not args.remake or not set(roles) <= {"target", "gold"}):
+        raise runs.RunError(f"--roles {args.roles}: give it with --remake of a notebook-02 run, as target, gold or "
+                            "target+gold.")
     spec = runs.find_run(args.run, read_specs(args.specs) if args.specs else None)
     slot = _gpu_slot(args.gpus) if args.gpus else None  # noqa: F841 (held while the run runs)
     if args.remake:
-        roles = tuple(args.roles.split("+")) if args.roles else None
         report = runs.remake(spec, "its checkpoint is needed and not current in the cache", once=True, roles=roles)
         entry = {"run": f"{spec.notebook.stem}/{spec.name}", "status": "remade", "drift": report["verdict"]}
     else:

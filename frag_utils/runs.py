@@ -134,13 +134,15 @@ def _failed(spec: RunSpec, tmp: Path, had_record: bool, err: Exception, remaking
     return RunError(f"{spec.notebook.stem}/{spec.name} failed{what.rstrip('.')}. {where}{after}")
 
 
-def drop_torn_checkpoints(spec: RunSpec) -> list[Path]:
+def drop_torn_checkpoints(spec: RunSpec, roles: tuple[str, ...] = ("target", "gold")) -> list[Path]:
     """Delete (and return) the trainer checkpoints without a readable ``trainer_state.json`` (the
-    Trainer writes it last) in ``spec``'s own work folders only: another runner may write elsewhere."""
+    Trainer writes it last) in ``spec``'s own work folders only (of notebook 02, those of ``roles``):
+    another runner may write elsewhere."""
     root, p = paths.cache_dir() / "checkpoints" / paths.safe_name(str(spec.params.get("profile"))), spec.params
+    folders = {"target": "target", "gold": f"gold_{p.get('forget_split')}"}  # notebook 02's, at its seed
     works = [*root.glob(f"*--{paths.safe_name(spec.name)}.work"), *(
-        [root / f"{paths.trained_name(role, p.get('seed', paths.TARGET_SEED))}.work"
-         for role in ("target", f"gold_{p.get('forget_split')}")] if "target" in spec.notebook.stem else [])]
+        [root / f"{paths.trained_name(folders[role], p.get('seed', paths.TARGET_SEED))}.work" for role in roles]
+        if "target" in spec.notebook.stem else [])]
     torn = []
     for c in (c for w in works for c in sorted(w.glob("checkpoint-*")) if c.name.split("-")[-1].isdigit()):
         with contextlib.suppress(OSError, ValueError):
@@ -367,9 +369,9 @@ def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, t
     trains = [s for s in makers if s.params.get("seed", paths.TARGET_SEED) == seed]
     if trains:  # every 02 run of a profile at one seed trains its one target of that seed
         names.append(("02_target_and_gold", trains[0].name, ("target",)))
-    if nb == "05_unlearn" and p.get("method") == "gold" and p.get("gold") == "profile-gold":
-        names += [("02_target_and_gold", s.name, ("gold",)) for s in makers
-                  if s.params["forget_split"] == p["forget_split"]]
+    if nb == "05_unlearn" and p.get("method") == "gold" and p.get("gold") == "profile-gold":  # gold_<split>: seed 42's
+        names += [("02_target_and_gold", s.name, ("gold",)) for s in makers if s.params["forget_split"] ==
+                  p["forget_split"] and s.params.get("seed", paths.TARGET_SEED) == paths.TARGET_SEED][:1]
     if nb == "05_unlearn" and p.get("match_l2_run"):
         names.append(("05_unlearn", p["match_l2_run"], ()))
     if nb == "06_attacks" and p.get("unlearned_run"):
@@ -449,8 +451,13 @@ def remake_models(spec: RunSpec, roles: tuple[str, ...], reason: str) -> dict:
     if spec.notebook.stem != "02_target_and_gold" or not set(roles) <= {"target", "gold"}:
         raise RunError(f"Only notebook 02's target and gold model are made alone, not {run}'s {'+'.join(roles)}.")
     record = json.loads((spec.out_dir / paths.RESULTS_FILE).read_text())
+    drop_torn_checkpoints(spec, roles)  # a killed job's half-written trainer checkpoint is not resumed from
     start = time.time()
     made = train_models(record["provenance"]["params"], roles)
+    if not checkpoints_current(spec, roles):
+        raise RunError(f"{run}: its {'+'.join(roles)} made alone is not where its record names it, or not current "
+                       f"({_made(record['results'], spec.notebook.stem, roles)}); remake the run whole: "
+                       f"frag run-one {run} --remake.")
     print(f"{run}: made its {' and '.join(roles)} only ({time.time() - start:.0f} s; {reason})", flush=True)
     same = {role: sha == record["results"].get("checkpoint_sha256", {}).get(role) for role, sha in made.items()}
     for role, equal in same.items():
@@ -510,7 +517,8 @@ def plan(chosen: list[RunSpec], universe: list[RunSpec], force: bool = False) ->
             jobs[key] = Job(dep, needs=needs(dep), reason=f"unrecorded, {why}")
             return [key]
         made = _made(_results(dep), dep.notebook.stem, reads) if reads != () else {}
-        stale = {r: c for r, c in made.items() if not current.setdefault(c, cache.is_current(c))}
+        current.update({c: cache.is_current(c) for c in made.values() if c not in current})
+        stale = {r: c for r, c in made.items() if not current[c]}
         keys = []
         for d, _ in needed_runs(dep, universe) if stale else ():
             # a checkpoint that a run it reads made (a gold run's model is notebook 02's gold): made there

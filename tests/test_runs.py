@@ -613,3 +613,29 @@ def test_a_long_run_says_every_so_often_how_long_it_has_run_and_which_cell_it_is
     lines = capsys.readouterr().out.splitlines()
     assert lines and all(line == "02_target_and_gold/smol: running for 0 min, cell 3 of 5: Train the target"
                          for line in lines)
+
+
+def test_a_model_made_alone_drops_a_half_written_trainer_checkpoint_first_and_a_gold_run_reads_seed_42s(
+        fake_grid, tmp_path):
+    import shutil
+
+    specs = runs.grid("t")
+    _make(chosen=[s for s in specs if s.notebook.stem != "06_attacks"])
+    shutil.rmtree(tmp_path / "cache")
+    torn = paths.checkpoint_dir("t", "target.work") / "checkpoint-3"  # a killed job's, no trainer_state.json
+    torn.mkdir(parents=True)
+    fake_grid.update(calls=[])
+    _make(select="06_attacks/t__unlearned_run=t__method=npo")
+    assert fake_grid["calls"][0] == "02_target_and_gold/t@target" and not torn.exists()
+    # a gold run reads notebook 02's seed-42 gold model (gold_<split>), not another seed's
+    (tmp_path / "params" / "t" / "02_target_and_gold.seeds.yaml").write_text("{profile: t, seed: 43}\n")
+    specs = runs.grid("t")
+    gold = next(s for s in specs if s.name == "t__method=gold")
+    assert [(d.name, reads) for d, reads in runs.needed_runs(gold, specs)] == [("t", ("gold", "target"))]
+
+
+def test_roles_are_refused_without_a_remake_or_outside_notebook_02s_models(fake_grid):
+    for args in (["02_target_and_gold/t", "--roles", "target"], ["02_target_and_gold/t", "--remake", "--roles", "x"]):
+        ns = cli.build_parser().parse_args(["run-one", *args])
+        with pytest.raises(RunError, match="--roles .*with --remake of a notebook-02 run"):
+            ns.func(ns)

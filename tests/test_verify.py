@@ -24,27 +24,30 @@ def test_the_tiny_target_remade_from_an_empty_cache_lands_within_tolerance_of_it
     assert json.loads(TINY.read_text()) == recorded  # the committed record is untouched
 
 
-def test_the_tiny_target_made_alone_is_the_notebooks_target_bit_for_bit_and_no_gold_model_is_trained(
-        tmp_path, capsys, monkeypatch):
-    """A run that reads only the target has it made without notebook 02 (runs.remake_models): it
-    must be the weights the notebook makes, here the notebook's own remake on this machine."""
+def test_the_tiny_target_and_gold_model_made_alone_are_the_notebooks_bit_for_bit(tmp_path, capsys):
+    """A run that reads only the target (or only the gold model) has it made without notebook 02
+    (runs.remake_models): it must be the weights the notebook makes, here the notebook's own remake
+    on this machine, and the other model is not trained."""
     from frag_utils import models
 
     spec = runs.find_run("02_target_and_gold/tiny")
+    recorded = json.loads(TINY.read_text())["results"]["checkpoint_sha256"]
+    folders = {"target": "target", "gold": "gold_forget10"}
     with runs.environment(FRAG_CACHE_DIR=str(tmp_path / "notebook")):
         runs.remake(spec, "the notebook")
-        by_notebook = models.weights_sha256(paths.checkpoint_dir("tiny", "target"))
-    with runs.environment(FRAG_CACHE_DIR=str(tmp_path / "alone")):
-        report = runs.remake(spec, "a reader of the target", once=True, roles=("target",))
-        alone = paths.checkpoint_dir("tiny", "target")
-        assert models.weights_sha256(alone) == by_notebook
-        assert not paths.checkpoint_dir("tiny", "gold_forget10").exists()  # no gold model trained,
-        assert not (tmp_path / "alone" / "remade" / "02_target_and_gold" / "tiny").exists()  # no notebook run
-        assert runs.checkpoints_current(spec, ("target",)) and not runs.checkpoints_current(spec)
-        assert runs.remake(spec, "again", once=True, roles=("target",)) == {"verdict": "already current"}
+        by_notebook = {r: models.weights_sha256(paths.checkpoint_dir("tiny", f)) for r, f in folders.items()}
+    for role, other in (("target", "gold"), ("gold", "target")):
+        with runs.environment(FRAG_CACHE_DIR=str(tmp_path / role)):
+            report = runs.remake(spec, f"a reader of the {role}", once=True, roles=(role,))
+            assert models.weights_sha256(paths.checkpoint_dir("tiny", folders[role])) == by_notebook[role]
+            assert not paths.checkpoint_dir("tiny", folders[other]).exists()  # the other model not trained,
+            assert not (tmp_path / role / "remade" / "02_target_and_gold" / "tiny").exists()  # no notebook run
+            assert runs.checkpoints_current(spec, (role,)) and not runs.checkpoints_current(spec)
+            assert runs.remake(spec, "again", once=True, roles=(role,)) == {"verdict": "already current"}
+        # bit for bit against the record exactly where this machine's notebook gives the record's bits
+        assert report["verdict"] == ("bit-identical" if by_notebook[role] == recorded[role] else "other weights")
     printed = capsys.readouterr().out
-    assert "02_target_and_gold/tiny: made its target only" in printed
-    assert report["verdict"] in ("bit-identical", "other weights")  # the record's machine may differ from this one
+    assert "02_target_and_gold/tiny: made its target only" in printed and "made its gold only" in printed
 
 
 def test_verify_refuses_unknown_runs():
