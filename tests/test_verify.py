@@ -10,42 +10,38 @@ from frag_utils import drift, paths, runs
 TINY = paths.RUNS_DIR / "02_target_and_gold" / "tiny" / paths.RESULTS_FILE
 
 
-def test_the_tiny_target_remade_from_an_empty_cache_lands_within_tolerance_of_its_record(tmp_path, capsys):
+def test_the_tiny_target_remade_from_an_empty_cache_lands_within_tolerance_and_each_model_made_alone_is_the_same(
+        tmp_path, capsys):
+    """make verify remakes notebook 02 whole. A run that reads only the target (or only the gold
+    model) has it made without the notebook (runs.remake_models): it must be the weights the
+    notebook makes on this machine, and the other model is not trained."""
+    from frag_utils import models
+
     recorded = json.loads(TINY.read_text())
     assert recorded["results"]["checkpoint_sha256"]["target"]  # the record names its weights
-    report = runs.verify("02_target_and_gold/tiny", workdir=tmp_path)
+    report = runs.verify("02_target_and_gold/tiny", workdir=tmp_path / "notebook")
     printed = capsys.readouterr().out
     assert [e["run"] for e in report] == ["02_target_and_gold/tiny"]
     assert report[0]["verdict"] in ("bit-identical", "within tolerance"), printed
     judged = {r["metric"] for r in report[0]["rows"]}
     assert "/evaluation/target/es" in judged and "/evaluation/gold/model_utility" in judged
     assert "02_target_and_gold/tiny: remade" in printed
-    assert not (tmp_path / "remade").exists() or (tmp_path / "remade" / "02_target_and_gold" / "tiny").is_dir()
     assert json.loads(TINY.read_text()) == recorded  # the committed record is untouched
 
-
-def test_the_tiny_target_and_gold_model_made_alone_are_the_notebooks_bit_for_bit(tmp_path, capsys):
-    """A run that reads only the target (or only the gold model) has it made without notebook 02
-    (runs.remake_models): it must be the weights the notebook makes, here the notebook's own remake
-    on this machine, and the other model is not trained."""
-    from frag_utils import models
-
-    spec = runs.find_run("02_target_and_gold/tiny")
-    recorded = json.loads(TINY.read_text())["results"]["checkpoint_sha256"]
-    folders = {"target": "target", "gold": "gold_forget10"}
+    spec, folders = runs.find_run("02_target_and_gold/tiny"), {"target": "target", "gold": "gold_forget10"}
     with runs.environment(FRAG_CACHE_DIR=str(tmp_path / "notebook")):
-        runs.remake(spec, "the notebook")
         by_notebook = {r: models.weights_sha256(paths.checkpoint_dir("tiny", f)) for r, f in folders.items()}
     for role, other in (("target", "gold"), ("gold", "target")):
         with runs.environment(FRAG_CACHE_DIR=str(tmp_path / role)):
-            report = runs.remake(spec, f"a reader of the {role}", once=True, roles=(role,))
+            alone = runs.remake(spec, f"a reader of the {role}", once=True, roles=(role,))
             assert models.weights_sha256(paths.checkpoint_dir("tiny", folders[role])) == by_notebook[role]
             assert not paths.checkpoint_dir("tiny", folders[other]).exists()  # the other model not trained,
             assert not (tmp_path / role / "remade" / "02_target_and_gold" / "tiny").exists()  # no notebook run
             assert runs.checkpoints_current(spec, (role,)) and not runs.checkpoints_current(spec)
             assert runs.remake(spec, "again", once=True, roles=(role,)) == {"verdict": "already current"}
         # bit for bit against the record exactly where this machine's notebook gives the record's bits
-        assert report["verdict"] == ("bit-identical" if by_notebook[role] == recorded[role] else "other weights")
+        same = by_notebook[role] == recorded["results"]["checkpoint_sha256"][role]
+        assert alone["verdict"] == ("bit-identical" if same else "other weights")
     printed = capsys.readouterr().out
     assert "02_target_and_gold/tiny: made its target only" in printed and "made its gold only" in printed
 
