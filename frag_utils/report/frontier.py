@@ -117,7 +117,7 @@ def verdict(t3: pd.DataFrame, recovered: pd.DataFrame, rule: str = "paper") -> s
               else "No, the paper's opposite sign")
     first = (f"**{answer}:** over the {int(frag.n)} healthy checkpoints of {int(frag.methods)} methods, FRAG's "
              f"gap ranks ΔES at ρ {_ci(frag)} and global L2 at {_ci(l2)}, with methods resampled, and "
-             f"{int(frag.n)} checkpoints detect only |ρ| ≥ {frag.detectable_rho:.2f}.")
+             f"even {int(frag.n)} independent checkpoints would detect only |ρ| ≥ {frag.detectable_rho:.2f}.")
 
     def said(r) -> str:  # the paper's sign is negative for every predictor (Table 3)
         return f"{_ci(r)}, " + ("the paper's sign" if r.high < 0 else "the opposite sign")
