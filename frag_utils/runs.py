@@ -516,7 +516,8 @@ def plan(chosen: list[RunSpec], universe: list[RunSpec], force: bool = False) ->
         if not dep.is_complete():
             jobs[key] = Job(dep, needs=needs(dep), reason=f"unrecorded, {why}")
             return [key]
-        made = _made(_results(dep), dep.notebook.stem, reads) if reads != () else {}
+        made_all = _made(_results(dep), dep.notebook.stem)  # the record read once
+        made = {r: c for r, c in made_all.items() if reads is None or r in reads}
         current.update({c: cache.is_current(c) for c in made.values() if c not in current})
         stale = {r: c for r, c in made.items() if not current[c]}
         keys = []
@@ -529,7 +530,6 @@ def plan(chosen: list[RunSpec], universe: list[RunSpec], force: bool = False) ->
         todo = {r: c for r, c in stale.items() if c not in made_by}
         if not todo:
             return keys
-        made_all = _made(_results(dep), dep.notebook.stem)
         every = dep.notebook.stem != "02_target_and_gold" or todo.keys() == made_all.keys()
         job = Job(dep, True, needs=needs(dep), roles=None if every else tuple(sorted(todo)),
                   reason=f"its checkpoint is not in the cache, or other code made it; {why}")
