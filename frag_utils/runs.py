@@ -139,10 +139,10 @@ def drop_torn_checkpoints(spec: RunSpec, roles: tuple[str, ...] = ("target", "go
     Trainer writes it last) in ``spec``'s own work folders only (of notebook 02, those of ``roles``):
     another runner may write elsewhere."""
     root, p = paths.cache_dir() / "checkpoints" / paths.safe_name(str(spec.params.get("profile"))), spec.params
-    folders = {"target": "target", "gold": f"gold_{p.get('forget_split')}"}  # notebook 02's, at its seed
+    seed = p.get("seed", paths.TARGET_SEED)
     works = [*root.glob(f"*--{paths.safe_name(spec.name)}.work"), *(
-        [root / f"{paths.trained_name(folders[role], p.get('seed', paths.TARGET_SEED))}.work" for role in roles]
-        if "target" in spec.notebook.stem else [])]
+        [root / (paths.trained_name(role, seed, p.get("forget_split") if role == "gold" else None) + ".work")
+         for role in roles] if "target" in spec.notebook.stem else [])]
     torn = []
     for c in (c for w in works for c in sorted(w.glob("checkpoint-*")) if c.name.split("-")[-1].isdigit()):
         with contextlib.suppress(OSError, ValueError):
