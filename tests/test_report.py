@@ -203,11 +203,20 @@ def test_a_rerun_with_other_parameters_is_the_users_and_a_copy_of_a_grid_run_is_
     rec["provenance"]["params"]["lr"] = 1e-4
     rec["results"]["row"].update(lr=1e-4, delta_es=0.5)
     (rerun / "results.json").write_text(json.dumps(rec))
-    attacks_, _ = grid_chapter.other_runs(Records("smol")).values()
-    assert list(attacks_.run) == ["06_attacks/mine_lr_1e-4"]
+    unlearned = copied_runs / "05_unlearn" / "mine_lr_1e-4"  # and an unlearning run at another rate
+    shutil.copytree(copied_runs / "05_unlearn" / NPO, unlearned)
+    rec = json.loads((unlearned / "results.json").read_text())
+    rec["provenance"]["params"]["lr"] = 1e-4
+    (unlearned / "results.json").write_text(json.dumps(rec))
+    built = grid_chapter.other_runs(Records("smol"))
+    attacks_, methods = built.values()
+    assert list(attacks_.run) == ["06_attacks/mine_lr_1e-4"] and list(methods.run) == ["05_unlearn/mine_lr_1e-4"]
     mine = attacks_.iloc[0]
     assert mine.delta_es == 0.5 and mine.lr == 1e-4 and mine.model == "NPO"
     assert mine.grid_delta_es == _record("06_attacks", folder, copied_runs)["results"]["row"]["delta_es"]
+    for table, frame in built.items():  # as notebook 09 writes them: the README's recipe ends there
+        shown, _ = book.for_the_eye(frame, table)
+        assert len(shown.columns) <= book.MAX_COLUMNS and "lr" in shown and "model" in shown
 
 
 def test_a_seed_repeat_must_be_the_same_attack_at_a_new_seed():

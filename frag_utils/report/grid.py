@@ -13,8 +13,12 @@ STRENGTH = Table("strength_pilot", RATES, shown=(
     "target_es"))
 PROTOCOL = Table("protocol_pilot", RATES)
 GRID_TIMES = Table("grid_times", {"hours": ".2f", "median_minutes": ".1f", "estimated_hours": ".2f"})
-OTHER_ATTACKS = Table("other_runs_attacks", RATES, block=False)
-OTHER_UNLEARNING = Table("other_runs_unlearning", RATES, block=False)
+OTHER_ATTACKS = Table("other_runs_attacks", RATES, block=False, shown=(
+    "model", "forget_split", "attack_data", "optimizer", "lr", "epochs", "lora_rank", "seed", "es_after", "delta_es",
+    "grid_delta_es", "model_utility_after"))
+OTHER_UNLEARNING = Table("other_runs_unlearning", RATES, block=False, shown=(
+    "model", "weights", "forget_split", "lr", "es", "es_retain", "model_utility", "l2_all", "FRAG_x100", "target_es",
+    "target_model_utility"))
 DECLARED = (STRENGTH, PROTOCOL, OTHER_ATTACKS, OTHER_UNLEARNING, GRID_TIMES)
 PILOT_SETTINGS = {STRENGTH_PILOT: ("lr", "rmu_coeff"), PROTOCOL_PILOT: ("lr", "batch_size", "grad_accum")}
 OTHER_ATTACK_KEYS = ("attack_data", "lr", "optimizer", "epochs", "lora_rank", "forget_split")
