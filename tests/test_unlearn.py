@@ -480,7 +480,10 @@ def memorised(tokenizer):
 def test_every_method_lowers_the_forget_es_of_a_memorising_target(memorised, tokenizer, method, tmp_path):
     target, forget, retain = memorised
     assert metrics.extraction_strength(target, tokenizer, forget)["value"] == 1.0
-    cfg = U.UnlearnConfig(method, **{**FAST, **SPECIAL.get(method, {}), "epochs": 4, "lr": 5e-3})
+    # RMU trains down_proj alone (SPECIAL), so it takes 8 steps where the others take 4: at 4 its forget ES
+    # sits on the edge of a greedy answer flipping (1.0 on a Zen 3, below 0.7 on a Zen 4; 0.41 at 8 on the Zen 3)
+    epochs = 8 if method == "rmu" else 4
+    cfg = U.UnlearnConfig(method, **{**FAST, **SPECIAL.get(method, {}), "epochs": epochs, "lr": 5e-3})
     model = _fresh(target)
     _unlearn(model, tokenizer, forget, retain, cfg, tmp_path)
     assert metrics.extraction_strength(model.eval(), tokenizer, forget)["value"] < 0.7
