@@ -61,11 +61,12 @@ _PROFILE_TARGET = re.compile(r"profile-target(?:-seed(\d+))?")
 
 
 def trained_name(role: str, seed: int = TARGET_SEED, forget_split: str | None = None) -> str:
-    """The cache folder name of notebook 02's ``role`` at ``seed``: ``target``, or ``gold_<forget_split>``
-    for the gold model of ``forget_split`` (``_seed<N>`` added at another seed). The one place these
-    names are spelled: notebook 02 writes them, the runner cleans them, notebook 05 reads the gold."""
-    if role not in ("target", "gold") or (role == "gold") != (forget_split is not None):
-        raise ValueError(f"trained_name({role!r}, forget_split={forget_split!r}): the role is 'target' (no split) "
+    """The cache folder name of notebook 02's ``role`` at ``seed``: ``target`` (one for every split), or
+    ``gold_<forget_split>`` for the gold model of ``forget_split`` (``_seed<N>`` added at another seed).
+    The one place these names are spelled: notebook 02 writes them, the runner cleans them, notebook 05
+    reads the gold."""
+    if role not in ("target", "gold") or (role == "gold" and not forget_split):
+        raise ValueError(f"trained_name({role!r}, forget_split={forget_split!r}): the role is 'target', "
                          "or 'gold' with its forget split")
     name = "target" if role == "target" else f"gold_{forget_split}"
     return name if seed == TARGET_SEED else f"{name}_seed{seed}"

@@ -141,7 +141,7 @@ def drop_torn_checkpoints(spec: RunSpec, roles: tuple[str, ...] = ("target", "go
     root, p = paths.cache_dir() / "checkpoints" / paths.safe_name(str(spec.params.get("profile"))), spec.params
     seed = p.get("seed", paths.TARGET_SEED)
     works = [*root.glob(f"*--{paths.safe_name(spec.name)}.work"), *(
-        [root / (paths.trained_name(role, seed, p.get("forget_split") if role == "gold" else None) + ".work")
+        [root / (paths.trained_name(role, seed, p.get("forget_split")) + ".work")
          for role in roles] if "target" in spec.notebook.stem else [])]
     torn = []
     for c in (c for w in works for c in sorted(w.glob("checkpoint-*")) if c.name.split("-")[-1].isdigit()):

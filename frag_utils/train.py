@@ -87,7 +87,7 @@ def target_or_gold(role: str, params: dict) -> tuple[str, dict]:
     limit = params["train_limit"] or None
     split = "full" if role == "target" else data.matching_retain(params["forget_split"])
     records = data.load_split(params["data_source"], split, limit)
-    name = paths.trained_name(role, params["seed"], params["forget_split"] if role == "gold" else None)
+    name = paths.trained_name(role, params["seed"], params["forget_split"])
     folder = paths.checkpoint_dir(params["profile"], name)
     spec = {"data_source": params["data_source"], "split": split, "train_limit": params["train_limit"],
             **({"prompt_template": params["prompt_template"]} if params["prompt_template"] != "model" else {})}
