@@ -597,5 +597,6 @@ def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
         raise RunError(f"--workdir {workdir} is not empty: verify remakes into an empty cache; name a new folder.")
     cache = (contextlib.nullcontext(str(workdir)) if workdir else
              tempfile.TemporaryDirectory(prefix="frag-verify-", ignore_cleanup_errors=True))
-    with cache as root, environment(FRAG_CACHE_DIR=root):
+    # empty of what it remakes: the embedded model's converted copy (the same in every cache) stays shared
+    with cache as root, environment(FRAG_CACHE_DIR=root, FRAG_MODELS_DIR=str(paths.models_dir())):
         return [{"run": f"{s.notebook.stem}/{s.name}", **remake(s, "make verify")} for s in chain]  # kernels too

@@ -41,16 +41,10 @@ def test_run_refuses_unknown_parameter():
 
 
 def _prune(tmp_path, *args):
-    """``frag prune`` with its calibration cache in ``tmp_path`` (the embedded model copy is shared)."""
-    cache = tmp_path / "cache"
-    if not cache.exists():
-        cache.mkdir(parents=True)
-        shared = paths.cache_dir() / "models"
-        shared.mkdir(exist_ok=True)
-        (cache / "models").symlink_to(shared, target_is_directory=True)
+    """``frag prune`` with its calibration cache in ``tmp_path`` (the embedded model copy shared: conftest)."""
     return subprocess.run([sys.executable, "-m", "frag_utils", "prune", *args], capture_output=True, text=True,
                           cwd=paths.REPO_ROOT, timeout=600,
-                          env={**os.environ, "FRAG_PROGRESS": "0", "FRAG_CACHE_DIR": str(cache.parent)})
+                          env={**os.environ, "FRAG_PROGRESS": "0", "FRAG_CACHE_DIR": str(tmp_path)})
 
 
 def test_prune_frp_writes_checkpoint_and_record_that_match(tmp_path, tiny, tokenizer):
