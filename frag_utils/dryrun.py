@@ -109,11 +109,11 @@ def dry_run(root: str | os.PathLike, device: str = "cpu", quick: bool = False) -
     old_dirs = paths.RUNS_DIR, paths.FIGURES_DIR
     # its checkpoints in a cache of its own (a stand-in is not the paper's model), sharing only the
     # embedded model's converted copy
-    cache, models_dir = root / "cache", paths.models_dir()
+    cache = root / "cache"
     cache.mkdir(exist_ok=True)
     paths.RUNS_DIR, paths.FIGURES_DIR = root / "papermill_runs", root / "figures"  # for this process
     try:  # and for the kernels
-        with runs.environment(FRAG_CACHE_DIR=str(cache), FRAG_MODELS_DIR=str(models_dir),
+        with runs.environment(FRAG_CACHE_DIR=str(cache), FRAG_MODELS_DIR=str(paths.models_dir()),
                               FRAG_RUNS_DIR=str(root / "papermill_runs"), FRAG_FIGURES_DIR=str(root / "figures")):
             # every run is new here and the grid lists each before those that read it: run in order
             # (make reproduce PROFILE=paper schedules the real grid through Snakemake)

@@ -3,15 +3,15 @@ answers partly right (so metrics have something non-trivial to measure)."""
 import os
 
 os.environ.setdefault("FRAG_PROGRESS", "0")
-# every cache a test makes empty (make verify's, the runner's, the dry run's) shares the embedded model's
-# converted copy with the session's cache, in this process and the kernels and jobs it starts
-os.environ.setdefault("FRAG_MODELS_DIR", os.path.join(
-    os.environ.get("FRAG_CACHE_DIR") or os.path.expanduser("~/.cache/frag_utils"), "models"))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-from frag_utils import data, models, train  # noqa: E402
+from frag_utils import data, models, paths, train  # noqa: E402
+
+# every cache a test makes empty (make verify's, the runner's, the dry run's) shares the embedded model's
+# converted copy with the session's cache, in this process and the kernels and jobs it starts
+os.environ.setdefault(paths.MODELS_DIR_ENV, str(paths.models_dir()))
 
 
 def native_bf16() -> bool:
