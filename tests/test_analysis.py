@@ -36,6 +36,14 @@ def test_spearman_matches_the_rank_definition_with_ties():
         assert S.spearman(x, y) == pytest.approx(_slow_spearman(x, y), abs=1e-12)
 
 
+def test_row_ranks_are_scipys_average_ranks_to_the_bit():
+    """The bootstrap's and the permutation null's ranks (every row at once) are scipy's rankdata, ties included."""
+    rng = np.random.default_rng(3)
+    ties = rng.integers(0, 3, (40, 9)).astype(float)
+    for a in (rng.normal(size=(40, 9)), ties, np.ones((2, 5)), rng.normal(size=(3, 1))):
+        assert np.array_equal(S._ranks(a), stats.rankdata(a, axis=1))
+
+
 def test_spearman_is_nan_for_constant_or_tiny_inputs():
     assert np.isnan(S.spearman([1, 1, 1, 1], [1, 2, 3, 4]))
     assert np.isnan(S.spearman([1, 2], [2, 1]))

@@ -39,43 +39,69 @@ def _draws(counts: tuple[int, ...], n_boot: int, seed: int, groups: tuple | None
     that varies: methods (``groups``), the checkpoints of each drawn method, the seeds of each drawn checkpoint;
     drawn once, so every predictor scored on the same checkpoints sees the same resamples (paired).
 
+    Each level of a resample is one call of the generator with an array of bounds (``integers(0, highs)``),
+    which draws the stream that one call per method or checkpoint draws; a checkpoint of one seed draws nothing.
+
     Returns:
-        ``(sizes, idx, seeds, parts)``, read-only: the checkpoints each resample drew (``sizes[b]``, all in
+        ``(sizes, idx, seeds, lengths)``, read-only: the checkpoints each resample drew (``sizes[b]``, all in
         ``idx``); each drawn checkpoint's drawn seeds as ascending positions in all seeds' values (the same
-        seeds in another order are the same mean), padded with one past the end; per resample, each drawn
-        method's positions (one stratum each, or one in all without ``groups``).
+        seeds in another order are the same mean), padded with one past the end; how many checkpoints each
+        drawn method brought, in drawing order over all resamples (one ``n`` per resample without ``groups``).
     """
     rng = np.random.default_rng(seed)
-    n, offsets = len(counts), np.concatenate([[0], np.cumsum(counts, dtype=int)])
-    members = None if groups is None else [np.flatnonzero(np.asarray(groups) == g) for g in dict.fromkeys(groups)]
-    sizes, idxs, rows, parts_all = [], [], [], []
+    n, counts_ = len(counts), np.asarray(counts, int)
+    offsets = np.concatenate([[0], np.cumsum(counts_)]).astype(int)
+    width = max(counts, default=1)
+    if groups is not None:
+        members = [np.flatnonzero(np.asarray(groups) == g) for g in dict.fromkeys(groups)]
+        flat, sizes_m = np.concatenate(members), np.array([len(m) for m in members])
+        starts_m = np.cumsum(sizes_m) - sizes_m
+    idxs, rows, lengths = [], [], []
     for _ in range(n_boot):
-        if members is None:
-            idx, parts = rng.integers(0, n, n), [np.arange(n)]
+        if groups is None:
+            idx, lens = rng.integers(0, n, n), [n]
         else:
-            drawn = [members[k] for k in rng.integers(0, len(members), len(members))]
-            picks = [m[rng.integers(0, len(m), len(m))] for m in drawn]
-            idx = np.concatenate(picks)
-            parts = [np.arange(e - len(m), e) for m, e in zip(picks, np.cumsum([len(m) for m in picks]))]
-        for i in idx:
-            k = counts[i]
-            rows.append(offsets[i] + (np.sort(rng.integers(0, k, k)) if k > 1 else np.zeros(1, int)))
-        sizes.append(len(idx)), idxs.append(idx), parts_all.append(parts)
-    seeds = np.full((len(rows), max(counts, default=1)), offsets[-1])
-    for r, row in enumerate(rows):
-        seeds[r, :len(row)] = row
-    out = np.asarray(sizes, int), np.concatenate(idxs) if idxs else np.zeros(0, int), seeds
+            drawn = rng.integers(0, len(members), len(members))
+            lens = sizes_m[drawn]
+            idx = flat[np.repeat(starts_m[drawn], lens) + rng.integers(0, np.repeat(lens, lens))]
+        k = counts_[idx]
+        drew = rng.integers(0, np.repeat(k, k))  # each checkpoint's seeds, checkpoint after checkpoint
+        row = np.full((len(idx), width), width)  # after any seed's position, so a sort leaves it last
+        row[np.repeat(np.arange(len(idx)), k), np.arange(len(drew)) - np.repeat(np.cumsum(k) - k, k)] = drew
+        row.sort(axis=1)
+        rows.append(np.where(row < width, offsets[idx][:, None] + row, offsets[-1]))
+        idxs.append(idx), lengths.extend(lens)
+    out = (np.array([len(i) for i in idxs], int), np.concatenate(idxs) if idxs else np.zeros(0, int),
+           np.concatenate(rows) if rows else np.zeros((0, width), int), np.asarray(lengths, int))
     for a in out:
         a.setflags(write=False)
-    return (*out, parts_all)
+    return out
 
 
-def _rows_spearman(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Spearman's ρ of each row of ``x`` (or a 1-D ``x``) with that row of ``y`` (``[rows, n]``) in one pass."""
-    x = np.broadcast_to(x, y.shape)
-    if x.shape[1] < 3:
-        return np.full(len(x), np.nan)
-    rx, ry = stats.rankdata(x, axis=1), stats.rankdata(y, axis=1)
+def _ranks(a: np.ndarray) -> np.ndarray:
+    """Each row's ranks, ties given their average rank (scipy's ``rankdata(a, axis=1)``, the same floats)."""
+    order = np.argsort(a, axis=1, kind="stable")
+    s = np.take_along_axis(a, order, axis=1)
+    n = a.shape[1]
+    pos = np.broadcast_to(np.arange(n), a.shape)
+    new = np.ones(a.shape, bool)
+    new[:, 1:] = s[:, 1:] != s[:, :-1]
+    first = np.maximum.accumulate(np.where(new, pos, 0), axis=1)  # each tie block's first position ...
+    last = np.ones(a.shape, bool)
+    last[:, :-1] = new[:, 1:]
+    end = np.minimum.accumulate(np.where(last, pos, n - 1)[:, ::-1], axis=1)[:, ::-1]  # ... and its last
+    out = np.empty(a.shape)
+    np.put_along_axis(out, order, (first + end) / 2 + 1, axis=1)
+    return out
+
+
+def _rows_spearman(x: np.ndarray, y: np.ndarray, y_ranked: bool = False) -> np.ndarray:
+    """Spearman's ρ of each row of ``x`` (or a 1-D ``x``, ranked once) with that row of ``y`` (``[rows, n]``;
+    ``y_ranked``: its rows are ranks already, as a reordering of ranked values is)."""
+    if y.shape[1] < 3:
+        return np.full(len(y), np.nan)
+    rx = np.broadcast_to(_ranks(x[None]), y.shape) if x.ndim == 1 else _ranks(x)
+    ry = y if y_ranked else _ranks(y)
     rx, ry = rx - rx.mean(axis=1, keepdims=True), ry - ry.mean(axis=1, keepdims=True)
     norm = np.sqrt((rx ** 2).sum(axis=1) * (ry ** 2).sum(axis=1))
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -88,14 +114,14 @@ def _resampled(runs: list, n_boot: int, seed: int, groups: Sequence | None) -> t
     if n_boot < 1 or not isinstance(seed, (int, np.integer)):
         raise ValueError(f"n_boot must be >= 1 and seed an integer (the resamples are drawn once per seed); "
                          f"got {n_boot}, {seed!r}.")
-    sizes, idx, seeds, parts = _draws(tuple(len(v) for v in runs), n_boot, int(seed),
+    sizes, idx, seeds, lengths = _draws(tuple(len(v) for v in runs), n_boot, int(seed),
                                       None if groups is None else tuple(groups))
     flat = np.concatenate([*runs, [0.0]])  # the padding position reads the 0 at the end
     values = flat[seeds]
     ys = values[:, 0].copy()
     for j in range(1, values.shape[1]):
         ys += values[:, j]
-    return sizes, idx, ys / np.maximum((seeds < len(flat) - 1).sum(axis=1), 1), parts
+    return sizes, idx, ys / np.maximum((seeds < len(flat) - 1).sum(axis=1), 1), lengths
 
 
 def _boot_rhos(xs: list[np.ndarray], runs: list, n_boot: int, seed: int, groups: Sequence | None) -> np.ndarray:
@@ -174,15 +200,16 @@ def _permutations(n: int, n_perm: int, seed: int, strata: tuple[tuple[int, ...],
     return orders, False
 
 
-def _stratified(x: np.ndarray, ys: np.ndarray, groups: list[np.ndarray]) -> np.ndarray:
-    """The within-group ρ of ``x`` with each row of ``ys`` (``[rows, n]``), averaged over the groups weighted
-    by their sizes; a group of fewer than 3 or constant on a side has no ρ and is left out."""
+def _stratified(x: np.ndarray, ys: np.ndarray, groups: list[np.ndarray], ranked: bool = False) -> np.ndarray:
+    """The within-group ρ of ``x`` with each row of ``ys`` (``[rows, n]``; ``ranked``: each group's ranks
+    already), averaged over the groups weighted by their sizes; a group of fewer than 3 or constant on a side
+    has no ρ and is left out."""
     ys = np.atleast_2d(ys)
     total, weight = np.zeros(len(ys)), np.zeros(len(ys))
     for g in groups:
         if len(g) < 3:
             continue
-        r = _rows_spearman(x[g], ys[:, g])
+        r = _rows_spearman(x[g], ys[:, g], ranked)
         ok = np.isfinite(r)
         total[ok] += len(g) * r[ok]
         weight[ok] += len(g)
@@ -211,19 +238,22 @@ def permutation_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]
     orders, exact = _permutations(len(x), n_perm, seed, None if groups is None else tuple(map(tuple, groups)))
     if not np.isfinite(rho):
         return {"rho": rho, "p": np.nan, "n": len(x), "n_perm": len(orders), "exact": exact}
-    permuted = ys[orders]
-    null = _rows_spearman(x, permuted) if groups is None else _stratified(x, permuted, groups)
+    # a reordering of ranks is the ranks of the reordered values: rank once (within each stratum), then reorder
+    ranks = np.empty(len(ys))
+    for g in groups or [np.arange(len(ys))]:
+        ranks[g] = _ranks(ys[g][None])[0]
+    permuted = ranks[orders]
+    null = _rows_spearman(x, permuted, True) if groups is None else _stratified(x, permuted, groups, True)
     return {"rho": rho, "p": _p_value(rho, null, exact), "n": len(x), "n_perm": len(orders), "exact": exact}
 
 
-def _within_draws(x: np.ndarray, yb: np.ndarray, sizes: np.ndarray, idx: np.ndarray, parts: list,
+def _within_draws(x: np.ndarray, yb: np.ndarray, sizes: np.ndarray, idx: np.ndarray, lengths: np.ndarray,
                   cell: np.ndarray) -> np.ndarray:
     """:func:`_stratified` of every resample at once (strata: each drawn method's checkpoints of one cell), bit for
     bit as the loop over resamples: the strata's ρ scored together by size, then summed per resample in order."""
     n_boot = len(sizes)
     draw = np.repeat(np.arange(n_boot), sizes)
     # each drawn method is a run of consecutive positions: number them over all resamples
-    lengths = np.fromiter((len(q) for p in parts for q in p), int)
     part = np.repeat(np.arange(len(lengths)), lengths)
     key = part * (int(cell.max(initial=0)) + 1) + cell[idx]
     _, first, inverse, counts = np.unique(key, return_index=True, return_inverse=True, return_counts=True)
@@ -270,8 +300,8 @@ def stratified_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]]
     members = [np.flatnonzero(cell == codes[c]) for c in labels]
     ys = np.array([v.mean() for v in runs])
     rho = float(_stratified(x, ys, members)[0])
-    sizes, idx, yb, parts = _resampled(runs, n_boot, seed, groups)
-    low, high, degenerate = _interval(_within_draws(x, yb, sizes, idx, parts, cell))
+    sizes, idx, yb, lengths = _resampled(runs, n_boot, seed, groups)
+    low, high, degenerate = _interval(_within_draws(x, yb, sizes, idx, lengths, cell))
     return {"rho": rho, "low": low, "high": high, "n": len(x), "n_groups": len(set(groups)),
             "per_group": {c: (spearman(x[m], ys[m]), len(m)) for c, m in zip(labels, members)},
             "n_degenerate": degenerate}
