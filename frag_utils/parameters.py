@@ -12,6 +12,7 @@ import copy
 import functools
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -50,9 +51,7 @@ def declared_parameters(notebook: Path) -> dict[str, dict]:
 @functools.lru_cache(maxsize=64)
 def _declared(notebook: Path, content: str) -> dict[str, dict]:
     """:func:`declared_parameters` of ``notebook`` as it reads with the sha256 ``content``."""
-    import papermill
-
-    params = papermill.inspect_notebook(str(notebook))
+    params = _inspected(notebook, content)
     if not params:
         raise RunError(f"{notebook.name} has no cell tagged 'parameters'.")
     # papermill skips, with only a log line, a parameter line it cannot parse (e.g. an '=' in
@@ -66,12 +65,35 @@ def _declared(notebook: Path, content: str) -> dict[str, dict]:
         raise RunError(f"papermill cannot parse parameter line(s) {unparsed} of {notebook.name}; "
                        "write them as 'name: type = literal  # comment' without '=' in the comment.")
     out = {}
-    for name, info in params.items():
+    for name, (type_name, default) in params.items():
         try:
-            default = ast.literal_eval(info["default"])
+            value = ast.literal_eval(default)
         except (ValueError, SyntaxError):
-            raise RunError(f"Parameter '{name}' of {notebook.name} is not a literal: {info['default']!r}.") from None
-        out[name] = {"type": info["inferred_type_name"], "default": default}
+            raise RunError(f"Parameter '{name}' of {notebook.name} is not a literal: {default!r}.") from None
+        out[name] = {"type": type_name, "default": value}
+    return out
+
+
+def _inspected(notebook: Path, content: str) -> dict[str, list[str]]:
+    """papermill's reading of the parameters cell, ``{name: [type name, default as written]}``, kept in the
+    cache under the notebook's sha256 ``content`` and papermill's version: a notebook's kernel reads what the
+    runner that started it parsed, without importing papermill (about 4 s on a 2-core Zen 3: nbformat's
+    schema checks)."""
+    from importlib.metadata import version
+
+    kept = paths.cache_dir() / "parameters" / f"{content}-papermill-{version('papermill')}.json"
+    if kept.is_file():
+        return json.loads(kept.read_text())
+    import papermill
+
+    out = {k: [v["inferred_type_name"], v["default"]] for k, v in papermill.inspect_notebook(str(notebook)).items()}
+    try:
+        kept.parent.mkdir(exist_ok=True)
+        tmp = kept.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(out))
+        tmp.replace(kept)  # whole or absent, when two processes parse it at once
+    except OSError:  # a read-only cache: parsed again next time
+        pass
     return out
 
 

@@ -26,14 +26,22 @@ TRACKED_PACKAGES = ("torch", "transformers", "accelerate", "peft", "datasets", "
 
 
 def seed_everything(seed: int) -> None:
-    """Seed Python's ``random``, NumPy and torch (CPU and every accelerator), via ``transformers.set_seed``.
+    """Seed Python's ``random``, NumPy and torch (CPU and every accelerator) as ``transformers.set_seed``
+    does (the same generator states, ``tests/test_records.py``), without importing it: it lives in
+    ``transformers.trainer_utils``, which imports peft and the Trainer's dependencies (about 4 s on a 2-core
+    Zen 3) into every notebook that seeds and never trains.
 
     String hash randomisation (``PYTHONHASHSEED``) is not seeded: it is fixed when the interpreter
     starts, so it can only be set in the environment of the process before it starts.
     """
-    from transformers import set_seed  # not at the top: ``frag score`` imports records and never loads transformers
+    import random
 
-    set_seed(seed)
+    import numpy as np
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # every device's generator
+    torch.cuda.manual_seed_all(seed)  # as set_seed does; lazy, and a no-op without CUDA
 
 
 # What runs write (records, collected tables, benchmark results): a change there is an output, not

@@ -105,6 +105,27 @@ def test_seed_everything_repeats_python_numpy_and_torch_draws():
     assert all(a != b for a, b in zip(draws(), first))
 
 
+def test_seed_everything_leaves_every_generator_as_transformers_set_seed_does():
+    """The same generator states as the Trainer's own seeding, which it replaces outside training."""
+    import random
+
+    import numpy as np
+    import torch
+    from transformers import set_seed
+
+    def states():
+        np_state = np.random.get_state()
+        return random.getstate(), (np_state[0], np_state[1].tolist(), *np_state[2:]), torch.get_rng_state()
+
+    for seed in (0, 7, 2**31 - 1):
+        set_seed(seed)
+        theirs = states()
+        random.seed(seed + 1), np.random.seed(seed + 1), torch.manual_seed(seed + 1)  # moved away in between
+        records.seed_everything(seed)
+        ours = states()
+        assert ours[:2] == theirs[:2] and torch.equal(ours[2], theirs[2]), seed
+
+
 def test_importing_records_does_not_load_transformers():
     import subprocess
     import sys

@@ -18,6 +18,28 @@ def test_every_notebook_parameter_is_declared_and_parsed():
         assert {"profile", "run_name"} <= set(declared), nb.name
 
 
+def test_a_kernel_reads_the_parameters_its_runner_parsed_without_importing_papermill(tmp_path):
+    """The runner's parse of a notebook's parameters cell is kept in the cache under the notebook's sha256, so a
+    kernel's ``current_params`` does not import papermill; an edited notebook is parsed again."""
+    env = {**os.environ, "FRAG_CACHE_DIR": str(tmp_path / "cache")}
+    code = ("import sys, json; from frag_utils import parameters; d = parameters.declared_parameters(parameters."
+            "resolve_notebook(sys.argv[1])); print(json.dumps([d, 'papermill' in sys.modules]))")
+    nb = json.loads((paths.NOTEBOOKS_DIR / "04_frag.ipynb").read_text())
+    edited = tmp_path / "04_frag.ipynb"
+    cell = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
+    cell["source"] = "".join(cell["source"]).replace("gamma: float = 1.0", "gamma: float = 2.0")
+    edited.write_text(json.dumps(nb))
+    seen = []
+    for notebook in ("04_frag", "04_frag", str(edited)):
+        out = subprocess.run([sys.executable, "-c", code, notebook], env=env, capture_output=True, text=True,
+                             check=True)
+        seen.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    (first, parsed), (again, imported), (other, parsed_other) = seen
+    assert parsed and not imported and again == first == parameters.declared_parameters(
+        parameters.resolve_notebook("04_frag"))
+    assert parsed_other and other["gamma"]["default"] == 2.0 != first["gamma"]["default"]
+
+
 def test_unparseable_parameter_line_is_refused(tmp_path):
     nb = json.loads((paths.NOTEBOOKS_DIR / "01_data.ipynb").read_text())
     cell = next(c for c in nb["cells"] if "parameters" in c["metadata"].get("tags", []))
