@@ -35,7 +35,8 @@ lint: $(STAMP)
 
 # two workers of one thread each (pytest-xdist): a third faster on 2 cores than one worker of two
 # threads, as many tests wait on kernels and processes. The embedded model's safetensors copy is
-# made first, so that the workers do not both make it.
+# made first, so that the workers do not both make it. tests/conftest.py keeps the tests of a module with a
+# costly module fixture (the dry run) on one worker, so that it is made once.
 test-package: $(STAMP)
 	$(PY) -c "from frag_utils import models; models.load_tokenizer(models.SMOLLM2)"
 	FRAG_THREADS=1 $(PY) -m pytest tests/ -q -n 2

@@ -14,6 +14,27 @@ from frag_utils import data, models, paths, train  # noqa: E402
 os.environ.setdefault(paths.MODELS_DIR_ENV, str(paths.models_dir()))
 
 
+# Modules whose module-scoped fixture is costly (the paper profile's dry run: about 90 s; the toy targets of
+# every unlearning method and of the attacks): their tests go to one xdist worker, so it is made once. xdist's
+# own `--dist loadgroup` does this by marks, but with pytest 9.2 it silently stops grouping
+# (pytest-dev/pytest-xdist#1386): the scheduler below groups by module name instead.
+ONE_WORKER_MODULES = ("test_dryrun.py", "test_unlearn.py", "test_attacks.py")
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """``-n`` with the default ``--dist load``: each test alone, except those of ``ONE_WORKER_MODULES``."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module.rsplit("/", 1)[-1] in ONE_WORKER_MODULES else nodeid
+
+    return Scheduling(config, log)
+
+
 def native_bf16() -> bool:
     """Whether this CPU computes bf16 in hardware (AVX512-BF16 or AMX) and torch dispatches to those
     kernels. Elsewhere (an AVX2-only CPU such as AMD Zen 3, or kernels capped at AVX2) torch emulates
