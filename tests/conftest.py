@@ -14,13 +14,14 @@ from frag_utils import data, models, paths, train  # noqa: E402
 os.environ.setdefault(paths.MODELS_DIR_ENV, str(paths.models_dir()))
 
 
-# Modules whose module-scoped fixture is costly (the paper profile's dry run: about 90 s; the toy targets of
+# Modules whose module-scoped fixture is costly (the paper profile's dry run: about 80 s on a Zen 4; the toy targets of
 # every unlearning method and of the attacks): their tests go to one xdist worker, so it is made once. xdist's
 # own `--dist loadgroup` does this by marks, but with pytest 9.2 it silently stops grouping
 # (pytest-dev/pytest-xdist#1386): the scheduler below groups by module name instead.
 ONE_WORKER_MODULES = ("test_dryrun.py", "test_unlearn.py", "test_attacks.py")
 
 
+@pytest.hookimpl(optionalhook=True)  # a hook of xdist's: without it installed, pytest runs as ever
 def pytest_xdist_make_scheduler(config, log):
     """``-n`` with the default ``--dist load``: each test alone, except those of ``ONE_WORKER_MODULES``."""
     if config.getvalue("dist") != "load":
@@ -31,6 +32,21 @@ def pytest_xdist_make_scheduler(config, log):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
             return module if module.rsplit("/", 1)[-1] in ONE_WORKER_MODULES else nodeid
+
+        def remove_node(self, node):
+            """As loadscope's, except that the test that crashed its worker is reported failed and not run
+            again (as ``--dist load`` does): only the rest of its unit goes back to the queue."""
+            workload = self.assigned_work.pop(node)
+            pending = [(scope, nodeid) for scope, unit in workload.items() for nodeid, done in unit.items()
+                       if not done]
+            if not pending:
+                return None
+            scope, crashed = pending[0]
+            workload[scope][crashed] = True
+            self.workqueue.update({k: unit for k, unit in workload.items() if not all(unit.values())})
+            for other in self.assigned_work:
+                self._reschedule(other)
+            return crashed
 
     return Scheduling(config, log)
 
