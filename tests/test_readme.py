@@ -86,3 +86,26 @@ def test_readme_is_short_and_its_relative_links_reach_files_and_sections():
                 linked.add(dest)
     # every page the README's content moved to is one click away
     assert set(pages[1:]) <= linked
+
+
+def test_readme_counts_the_attacks_not_yet_recorded_as_the_runner_does():
+    """The README's "N attacks being recorded (M of the four added methods' 64 ...)" is the
+    runner's own count of the smol profile's notebook-06 runs without a complete record: a record
+    committed without updating the README (or the other way round) fails here."""
+    from frag_utils import runs
+
+    text = " ".join(paths.REPO_ROOT.joinpath("README.md").read_text().split())
+    m = re.search(r"(\d+) attacks being recorded \((\d+) of the four added methods' 64", text)
+    if m is None:  # every attack recorded: the README no longer says any is being recorded
+        wanted = (0, 0)
+    else:
+        wanted = (int(m.group(1)), int(m.group(2)))
+    missing = {}
+    for file in sorted((paths.REPO_ROOT / "papermill_runs" / "params" / "smol").glob("06_attacks.*.yaml")):
+        for spec in runs.plan_run("06_attacks", f"smol/{file.name}"):
+            if not spec.is_complete():
+                missing[spec.name] = file.name
+    frontier = sum(f.startswith("06_attacks.frontier_") for f in missing.values())
+    assert (len(missing), frontier) == wanted, (
+        f"README says {wanted[0]} attacks unrecorded, {wanted[1]} of them the frontier's; the records "
+        f"leave {len(missing)}, {frontier} of them the frontier's")
