@@ -89,19 +89,13 @@ def test_readme_is_short_and_its_relative_links_reach_files_and_sections():
 
 
 def test_readme_counts_the_attacks_not_yet_recorded_as_the_runner_does():
-    """The README's "N attacks being recorded (M of the four added methods' 64 ...)" (M named only
-    while some are missing) is the runner's own count of the smol profile's notebook-06 runs without
-    a complete record: a record committed without updating the README (or the other way round)
-    fails here."""
+    """The README's "N attacks being recorded" (named only while some are missing) is the runner's
+    own count of the smol profile's notebook-06 runs without a complete record: a record committed
+    without updating the README (or the other way round) fails here."""
     from frag_utils import runs
 
     text = " ".join(paths.REPO_ROOT.joinpath("README.md").read_text().split())
-    m = re.search(r"(\d+) attacks being recorded \(((\d+) of the four added methods' 64)?", text)
-    # every attack recorded: the README no longer says any is being recorded; the frontier's count
-    # is named only while some of its attacks are missing
-    wanted = (int(m.group(1)), int(m.group(3) or 0)) if m else (0, 0)
+    m = re.search(r"(\d+) attacks being recorded", text)
+    wanted = int(m.group(1)) if m else 0  # every attack recorded: the README says none is being recorded
     missing = [spec.name for spec in runs.grid("smol") if spec.notebook.stem == "06_attacks" and not spec.is_complete()]
-    frontier = sum(name.startswith("smol.frontier_") for name in missing)  # 06_attacks.frontier_<split>.yaml's runs
-    assert (len(missing), frontier) == wanted, (
-        f"README says {wanted[0]} attacks unrecorded, {wanted[1]} of them the frontier's; the records "
-        f"leave {len(missing)}, {frontier} of them the frontier's")
+    assert len(missing) == wanted, f"README says {wanted} attacks unrecorded; the records leave {len(missing)}: {missing[:3]}"
