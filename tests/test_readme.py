@@ -98,4 +98,5 @@ def test_readme_counts_the_attacks_not_yet_recorded_as_the_runner_does():
     m = re.search(r"(\d+) attacks being recorded", text)
     wanted = int(m.group(1)) if m else 0  # every attack recorded: the README says none is being recorded
     missing = [spec.name for spec in runs.grid("smol") if spec.notebook.stem == "06_attacks" and not spec.is_complete()]
-    assert len(missing) == wanted, f"README says {wanted} attacks unrecorded; the records leave {len(missing)}: {missing[:3]}"
+    assert len(missing) == wanted, (
+        f"README says {wanted} attacks unrecorded; the records leave {len(missing)}: {missing[:3]}")
