@@ -697,7 +697,12 @@ def test_the_attack_variants_run_on_one_healthy_checkpoint_per_method_at_matched
     protocol_es = [r["results"]["row"]["es_after"] for r in protocol_runs if r["results"]["unlearned_run"] == run]
     protocol_row = mine.loc[("attack_lr", "protocol")]
     assert protocol_row.seeds == len(protocol_es) and protocol_row.es_after == pytest.approx(np.mean(protocol_es))
+    protocol_retain = [r["results"]["row"]["es_retain_after"] for r in protocol_runs
+                       if r["results"]["unlearned_run"] == run]  # retain ES after, the mean over seeds too
+    assert protocol_row.es_retain_after == pytest.approx(np.mean(protocol_retain))
     assert mine.loc[("attack_lr", "before the attack")].es_after == pytest.approx(es_before)
+    assert mine.loc[("attack_lr", "before the attack")].es_retain_after == pytest.approx(
+        _record("06_attacks", source, copied_runs)["results"]["before"]["es_retain"])
     for epoch, es in curve.items():
         row = mine.loc[("attack_horizon", f"epochs 10, after epoch {epoch}")]
         assert row.es_after == pytest.approx(es) and row.delta_es == pytest.approx(es - es_before)

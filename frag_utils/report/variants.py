@@ -58,11 +58,13 @@ def _by_epoch(recs: list[dict], horizon: bool) -> list[tuple[int | None, list[di
         return []
     if not horizon:
         return [(None, [{"es": row(r)["es_after"], "delta_es": row(r)["delta_es"],
-                         "model_utility": row(r)["model_utility_after"]} for r in recs])]
+                         "model_utility": row(r)["model_utility_after"],
+                         "es_retain": row(r).get("es_retain_after", np.nan)} for r in recs])]
     epochs = sorted({int(e) for r in recs for e in r["results"]["epochs"]})
     return [(e, [{"es": r["results"]["epochs"][str(e)]["es"],
                   "delta_es": r["results"]["epochs"][str(e)]["es"] - row(r)["es_before"],
-                  "model_utility": r["results"]["epochs"][str(e)]["model_utility"]}
+                  "model_utility": r["results"]["epochs"][str(e)]["model_utility"],
+                  "es_retain": r["results"]["epochs"][str(e)].get("es_retain", np.nan)}
                  for r in recs if str(e) in r["results"]["epochs"]]) for e in epochs]
 
 
@@ -84,7 +86,9 @@ def _family(rec, split: str, family: str, changes: tuple, used: list[str]) -> li
         if before is not None:
             rows.append({"split": split, "family": family, "variant": "before the attack", "model": label, "seeds": 0,
                          "es_after": before.get("es_before", before.get("es")), "es_after_range": 0.0, "delta_es": 0.0,
-                         "model_utility_after": before.get("model_utility_before", before.get("model_utility"))})
+                         "model_utility_after": before.get("model_utility_before", before.get("model_utility")),
+                         "es_retain_after": (first[0]["results"]["before"].get("es_retain", np.nan) if first
+                                             else before.get("es_retain", np.nan))})
         cases = [("protocol", first)] + [
             (_label(change), [r for r in (_found(rec, {**base, "seed": seed, **change}) for seed in seeds)
                               if r is not None]) for change in changes]
@@ -98,6 +102,7 @@ def _family(rec, split: str, family: str, changes: tuple, used: list[str]) -> li
                              "es_after_range": float(np.ptp(es)) if len(es) > 1 else np.nan,
                              "delta_es": float(np.mean([e["delta_es"] for e in per_seed])),
                              "model_utility_after": float(np.mean([e["model_utility"] for e in per_seed])),
+                             "es_retain_after": float(np.mean([e["es_retain"] for e in per_seed])),
                              "target_model_utility": model["target_model_utility"] if model else float("nan")})
     return rows
 
