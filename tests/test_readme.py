@@ -1,3 +1,4 @@
+import json
 import re
 from pathlib import Path
 
@@ -100,3 +101,32 @@ def test_readme_counts_the_attacks_not_yet_recorded_as_the_runner_does():
     missing = [spec.name for spec in runs.grid("smol") if spec.notebook.stem == "06_attacks" and not spec.is_complete()]
     assert len(missing) == wanted, (
         f"README says {wanted} attacks unrecorded; the records leave {len(missing)}: {missing[:3]}")
+
+
+def test_readme_rerun_recipe_sets_the_kernel_path_of_the_records_it_reads():
+    """The README's rerun recipe plans one run, and the kernel caps it exports are those of the unlearned
+    checkpoint's record it reads: with them a remake lands on the record on any x86 CPU measured
+    (docs/reproducibility.md); without them an AVX-512 CPU would remake that checkpoint from another target."""
+    import shlex
+
+    from frag_utils import parameters, runs
+    from frag_utils.records import cpu_description
+
+    text = paths.REPO_ROOT.joinpath("README.md").read_text()
+    block = re.search(r"\*\*Rerun one notebook.*?```bash\n(.*?)```", text, re.S).group(1)
+    export = next((line for line in block.splitlines() if line.startswith("export ")), "export")
+    caps = dict(word.split("=", 1) for word in shlex.split(export.split("#")[0])[1:])
+    args = shlex.split(next(line for line in block.splitlines() if "frag run " in line))
+    assert args[:2] == [".venv/bin/frag", "run"]
+    notebook, file = args[2], args[args.index("-f") + 1]
+    overrides = {args[i + 1]: parameters.parse_cli_value(args[i + 2]) for i, a in enumerate(args) if a == "-p"}
+    selects = [args[i + 1] for i, a in enumerate(args) if a == "--select"]
+    chosen = [s for s in runs.plan_run(notebook, file, overrides)
+              if all(sel in f"{s.notebook.stem}/{s.name}" for sel in selects)]
+    assert len(chosen) == 1 and not chosen[0].is_complete()  # one new run: the recipe's own
+    unlearned = [dep for dep, _ in runs.needed_runs(chosen[0], runs.grid("smol")) if dep.notebook.stem == "05_unlearn"]
+    assert len(unlearned) == 1 and unlearned[0].is_complete()
+    recorded = json.loads((unlearned[0].out_dir / paths.RESULTS_FILE).read_text())["provenance"]["environment"]
+    assert recorded["cpu_capability"] == caps.get("ATEN_CPU_CAPABILITY", cpu_description()["cpu_capability"]).upper()
+    if recorded["cpu_capability"] == "AVX2":  # the three caps together give an AVX-512 CPU the AVX2 path
+        assert caps == {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}

@@ -157,12 +157,14 @@ def _trainers(model, tokenizer, recs, tmp_path):
 # bf16 autocast on SmolLM2 runs only where the CPU computes bf16 in hardware: emulated, this one
 # test ran for over 20 minutes on an AVX2-only Zen 3; the tiny model under autocast checks the same
 # code path on any CPU in a second.
-_SMOLLM2_AUTOCAST = pytest.param("smollm2_autocast", marks=pytest.mark.skipif(
+_SMOLLM2_AUTOCAST = pytest.param("smollm2_autocast", marks=[pytest.mark.kernel_paths, pytest.mark.skipif(
     not native_bf16(), reason="this CPU has no native bf16 (AVX512-BF16 or AMX): torch would emulate SmolLM2's "
-    "bf16 matrix products, for over 20 minutes; tiny_autocast covers the same path"))
+    "bf16 matrix products, for over 20 minutes; tiny_autocast covers the same path")])
+# bf16 products round as the kernels block them (AMX tiles, AVX512-BF16, emulated): tests/test_kernel_paths.py
+_TINY_AUTOCAST = pytest.param("tiny_autocast", marks=pytest.mark.kernel_paths)
 
 
-@pytest.mark.parametrize("which", ["tiny", "tiny_autocast", "smollm2", _SMOLLM2_AUTOCAST, "smollm2_lora"])
+@pytest.mark.parametrize("which", ["tiny", _TINY_AUTOCAST, "smollm2", _SMOLLM2_AUTOCAST, "smollm2_lora"])
 def test_label_position_loss_equals_the_trainers_default_loss(which, tokenizer, qa_records, tmp_path):
     """The loss from logits at label positions only equals the Trainer's causal-LM loss on full
     logits (batch mean, and the sum over the accumulated batch's label tokens), and so do its
@@ -194,10 +196,18 @@ def test_label_position_loss_equals_the_trainers_default_loss(which, tokenizer, 
             grads.append((float(loss.detach()),
                           {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
         (a, ga), (b, gb) = grads
-        # fp32: the same numbers to rounding; bf16 logits: the same to a bf16 GEMM's row blocking (a
-        # projection in fp32 outside autocast differs by about 1e-3 here)
+        # bf16 logits: a projection in fp32 outside autocast differs by about 1e-3 here
         loose = which.endswith("autocast")
         assert abs(a - b) <= (1e-5 if loose else 1e-6) * max(1.0, abs(a)), (n_items, a, b)
         assert ga.keys() == gb.keys() and ga
-        worst = max(float((ga[k] - gb[k]).abs().max() / ga[k].abs().max().clamp_min(1e-12)) for k in ga)
-        assert worst < (1e-2 if loose else 1e-4), worst
+        if loose:
+            # bf16 logits: the same to a bf16 GEMM's rounding, which depends on how the kernel blocks the rows
+            # it is given (all positions against the label positions): per tensor, the difference's norm within
+            # 2^-6 (four bf16 ulps) of the gradient's. Measured on an Intel Xeon (family 6 model 167), worst
+            # tensor: SmolLM2 0.0076 with AMX, 3.5e-5 with AMX capped (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16, the
+            # AVX512-BF16 kernels of a Zen 4); the tiny model 0.0019 and 1.7e-7.
+            worst = max(float((ga[k] - gb[k]).norm() / ga[k].norm().clamp_min(1e-12)) for k in ga)
+            assert worst < 2 ** -6, worst
+        else:  # fp32: the same numbers to rounding, element by element
+            worst = max(float((ga[k] - gb[k]).abs().max() / ga[k].abs().max().clamp_min(1e-12)) for k in ga)
+            assert worst < 1e-4, worst

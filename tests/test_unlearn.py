@@ -476,14 +476,17 @@ def memorised(tokenizer):
     return model.eval().requires_grad_(False), forget, retain
 
 
+@pytest.mark.kernel_paths  # a greedy answer flips or not with the kernels' rounding: tests/test_kernel_paths.py
 @pytest.mark.parametrize("method", U.METHODS)
 def test_every_method_lowers_the_forget_es_of_a_memorising_target(memorised, tokenizer, method, tmp_path):
     target, forget, retain = memorised
     assert metrics.extraction_strength(target, tokenizer, forget)["value"] == 1.0
-    # RMU trains down_proj alone (SPECIAL), so it takes 8 steps where the others take 4: at 4 its forget ES
-    # sits on the edge of a greedy answer flipping (1.0 on a Zen 3, below 0.7 on a Zen 4; 0.41 at 8 on the Zen 3)
-    epochs = 8 if method == "rmu" else 4
-    cfg = U.UnlearnConfig(method, **{**FAST, **SPECIAL.get(method, {}), "epochs": epochs, "lr": 5e-3})
+    # RMU trains down_proj alone (SPECIAL), so it takes 12 steps at twice the rate where the others take 4:
+    # at 8 steps and lr 5e-3 its forget ES sat on the edge of a greedy answer flipping (0.41 on a Zen 3, 1.0 on
+    # an Intel Xeon with AMX). At 12 steps and 1e-2, measured on the Xeon with native kernels (AVX-512, AMX) and
+    # with the AVX2 caps: 0.18 and 0.07. The others at 4 steps ended at 0.05 to 0.41 on both paths.
+    epochs, lr = (12, 1e-2) if method == "rmu" else (4, 5e-3)
+    cfg = U.UnlearnConfig(method, **{**FAST, **SPECIAL.get(method, {}), "epochs": epochs, "lr": lr})
     model = _fresh(target)
     _unlearn(model, tokenizer, forget, retain, cfg, tmp_path)
     assert metrics.extraction_strength(model.eval(), tokenizer, forget)["value"] < 0.7
