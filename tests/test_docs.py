@@ -118,3 +118,49 @@ def test_the_generated_tables_are_for_the_eye():
     for table in sorted((ROOT / "figures" / "smol").glob("*.md")):
         rows = [line for line in table.read_text().splitlines() if line.startswith("|")]
         assert all(r.count("|") - 1 <= 12 and len(r) <= 220 for r in rows), table.name
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs" / "results").glob("*.md")), ids=lambda p: p.name)
+def test_each_results_page_is_under_400_lines(page):
+    """A page answers one question; a longer one is split by question (its tables move with it)."""
+    assert len(page.read_text().splitlines()) < 400, f"{page.name}: split it by question"
+
+
+def _as_read(markdown: str) -> list[str]:
+    """The paragraphs of ``markdown`` as a reader reads them: no HTML comments, headings, tables, images
+    or ``*Source: ...*`` captions; links as their text; code and emphasis marks dropped."""
+    paragraphs, current = [], []
+    for line in re.sub(r"<!--.*?-->", "", FENCE.sub("", markdown), flags=re.S).splitlines():
+        s = line.strip()
+        if not s or s.startswith(("|", "![", "#")) or re.fullmatch(r"\*Source: .*\*", s):
+            if current:
+                paragraphs.append(" ".join(current))
+            current = []
+            continue
+        current.append(re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", s).replace("`", "").replace("*", ""))
+    return paragraphs + ([" ".join(current)] if current else [])
+
+
+def _sentences(paragraph: str) -> list[str]:
+    return [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z(\[])", paragraph) if s.strip()]
+
+
+def test_as_read_counts_what_a_reader_reads():
+    text = ("Intro [link text](docs/x.md#a) and `code`.\n\n<!-- BEGIN b -->\n**Bold:** one. Two words.\n\n"
+            "*Source: `x.md`*\n<!-- END b -->\n\n| a | b |\n|---|---|\n\n![fig](f.png)\n")
+    assert _as_read(text) == ["Intro link text and code.", "Bold: one. Two words."]
+    assert _sentences("Bold: one. Two words. (A third.)") == ["Bold: one.", "Two words.", "(A third.)"]
+
+
+def test_the_readme_first_screen_reads_in_a_minute():
+    """The question's section of the README (the verdict block, the definitions, the table's
+    note) holds at most 180 words of prose, no sentence over 40 words: what a reader who knows the
+    paper takes in within a minute. Generated text counts; tables, the figure and captions do not."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("\n## Does FRAG rank recovery better than global L2?")
+    section = text[start:text.index("\n## ", start + 1)]
+    paragraphs = _as_read(section)
+    words = sum(len(p.split()) for p in paragraphs)
+    longest = max((s for p in paragraphs for s in _sentences(p)), key=lambda s: len(s.split()))
+    assert words <= 180, f"the first screen holds {words} words of prose; move detail one link deeper"
+    assert len(longest.split()) <= 40, f"a sentence of {len(longest.split())} words: {longest[:80]}"
