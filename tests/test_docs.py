@@ -142,14 +142,17 @@ def _as_read(markdown: str) -> list[str]:
 
 
 def _sentences(paragraph: str) -> list[str]:
-    return [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z(\[])", paragraph) if s.strip()]
+    """Sentences end at ., ! or ? (or one closing a parenthesis) before a space and anything but a lower-case
+    Latin letter (ρ(L2) starts one)."""
+    return [s for s in re.split(r"(?:(?<=[.!?])|(?<=[.!?]\)))\s+(?=[^a-z])", paragraph) if s.strip()]
 
 
 def test_as_read_counts_what_a_reader_reads():
     text = ("Intro [link text](docs/x.md#a) and `code`.\n\n<!-- BEGIN b -->\n**Bold:** one. Two words.\n\n"
             "*Source: `x.md`*\n<!-- END b -->\n\n| a | b |\n|---|---|\n\n![fig](f.png)\n")
     assert _as_read(text) == ["Intro link text and code.", "Bold: one. Two words."]
-    assert _sentences("Bold: one. Two words. (A third.)") == ["Bold: one.", "Two words.", "(A third.)"]
+    assert _sentences("Bold: one. Two words, e.g. these. (A third.) ρ(L2) four.") == [
+        "Bold: one.", "Two words, e.g. these.", "(A third.)", "ρ(L2) four."]
 
 
 def test_the_readme_first_screen_reads_in_a_minute():
