@@ -124,6 +124,10 @@ def test_readme_rerun_recipe_sets_the_kernel_path_of_the_records_it_reads():
     chosen = [s for s in runs.plan_run(notebook, file, overrides)
               if all(sel in f"{s.notebook.stem}/{s.name}" for sel in selects)]
     assert len(chosen) == 1 and not chosen[0].is_complete()  # one new run: the recipe's own
+    defaults = parameters.notebook_defaults("06_attacks")  # and no grid run's parameters under another name
+    grid_keys = {parameters.params_key(s.params, defaults, notebook="06_attacks") for s in runs.grid("smol")
+                 if s.notebook.stem == "06_attacks"}
+    assert parameters.params_key(chosen[0].params, defaults, notebook="06_attacks") not in grid_keys
     unlearned = [dep for dep, _ in runs.needed_runs(chosen[0], runs.grid("smol")) if dep.notebook.stem == "05_unlearn"]
     assert len(unlearned) == 1 and unlearned[0].is_complete()
     recorded = json.loads((unlearned[0].out_dir / paths.RESULTS_FILE).read_text())["provenance"]["environment"]
