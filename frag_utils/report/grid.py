@@ -5,7 +5,7 @@ import pandas as pd
 
 from .. import costs, parameters, runs
 from .book import Table, sourced
-from .recorded import DENSE, PROTOCOL_PILOT, STRENGTH_PILOT, name, params, row
+from .recorded import DENSE, FRONTIER_06, PROTOCOL_PILOT, STRENGTH_PILOT, name, params, row
 
 RATES = dict.fromkeys(("lr", "rmu_coeff", "model_lr"), "g")
 STRENGTH = Table("strength_pilot", RATES, shown=(
@@ -51,7 +51,7 @@ def pilots(rec) -> dict[Table, pd.DataFrame]:
 
 def other_runs(rec) -> dict[Table, pd.DataFrame]:
     """The records no parameter file of the profile lists, by name or by parameters: the attacks
-    (beside the grid's ΔES of the same model and data, ``grid_delta_es``) and the 05 runs."""
+    (beside the grid's ΔES of the same model, data and seed, ``grid_delta_es``) and the 05 runs."""
     specs = runs.grid(rec.profile) if rec.profile in runs.profiles() else []
     defaults = {nb: parameters.notebook_defaults(nb) for nb in ("05_unlearn", "06_attacks")}
 
@@ -66,13 +66,16 @@ def other_runs(rec) -> dict[Table, pd.DataFrame]:
 
     other_05 = [r for r in rec.method_runs if user_run("05_unlearn", r)]
     other_06 = [r for r in rec.attack_runs if r["run"] not in rec.stale and user_run("06_attacks", r)]
-    grid_delta = {(row(r)["unlearned_run"], row(r)["attack_data"]): row(r)["delta_es"]
-                  for r in rec.attacks_of_file(rec.grid_06)}
+    # the grid's own attack of the same model and data at the same seed: Table 1's, or the healthy frontier's
+    grid_attacks = [*rec.attacks_of_file(rec.grid_06), *(r for f in FRONTIER_06 for r in rec.attacks_of_file(f))]
+    grid_delta = {(row(r)["unlearned_run"], row(r)["attack_data"], params(r).get("seed")): row(r)["delta_es"]
+                  for r in grid_attacks}
     attacks = pd.DataFrame([
         {"model": rec.label(row(r)["unlearned_run"]), **{k: row(r)[k] for k in OTHER_ATTACK_KEYS},
          "seed": params(r).get("seed"), "es_before": row(r)["es_before"], "es_after": row(r)["es_after"],
          "delta_es": row(r)["delta_es"], "model_utility_after": row(r)["model_utility_after"],
-         "grid_delta_es": grid_delta.get((row(r)["unlearned_run"], row(r)["attack_data"]), float("nan")),
+         "grid_delta_es": grid_delta.get((row(r)["unlearned_run"], row(r)["attack_data"], params(r).get("seed")),
+                                         float("nan")),
          "run": r["run"]} for r in other_06])
     methods = rec.model_frame(other_05, ("lr",))
     print(f"runs outside the profile's parameter files: {len(methods)} of notebook 05, {len(attacks)} of notebook 06")
