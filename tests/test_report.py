@@ -458,7 +458,7 @@ def test_the_frontier_chooses_its_attacks_by_the_unlearning_records_and_collects
     mean = [sum(deltas[n]) / len(deltas[n]) for n in chosen]
     gap = (stats.spearman([_record("05_unlearn", n, copied_runs)["results"]["row"]["l2_all"] for n in chosen], mean)
            - stats.spearman([frag_x100[n] for n in chosen], mean))
-    assert f"ρ(L2) − ρ(FRAG), above 0 where FRAG ranks better, is {gap:+.2f} [" in said
+    assert f"FRAG's advantage, ρ(L2) − ρ(FRAG), is {gap:+.2f} [" in said
 
     # notebook 07 over the attacked checkpoints (scripts/plan_frontier_attacks.py's file): the barrier
     # table counts each family's bumps, and FRAG with each importance term gets Table 3's intervals

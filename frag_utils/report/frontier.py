@@ -126,9 +126,9 @@ def verdict(t3: pd.DataFrame, recovered: pd.DataFrame, gap: dict, rule: str = "p
     answer = ("Not resolved" if not excludes else "Yes, with the paper's negative sign" if frag.high < 0
               else "No, the paper's opposite sign")
     first = (f"**{answer}:** over the {int(frag.n)} healthy checkpoints of {int(frag.methods)} methods, FRAG's "
-             f"gap ranks ΔES at ρ {_ci(frag)} and global L2 ranks it at {_ci(l2)}. ρ(L2) − ρ(FRAG), above 0 "
-             f"where FRAG ranks better, is {interval(gap['gap'], gap['low'], gap['high'])}. Even {int(frag.n)} "
-             f"independent checkpoints would detect only |ρ| ≥ {frag.detectable_rho:.2f}.")
+             f"gap ranks ΔES at ρ {_ci(frag)} and global L2 ranks it at {_ci(l2)}. FRAG's advantage, ρ(L2) − "
+             f"ρ(FRAG), is {interval(gap['gap'], gap['low'], gap['high'])}. {int(frag.n)} independent checkpoints "
+             f"would detect only |ρ| ≥ {frag.detectable_rho:.2f}.")
 
     def said(r) -> str:  # the paper's sign is negative for every predictor (Table 3)
         return f"{_ci(r)}, " + ("the paper's sign" if r.high < 0 else "the opposite sign")
@@ -140,7 +140,7 @@ def verdict(t3: pd.DataFrame, recovered: pd.DataFrame, gap: dict, rule: str = "p
     second = (f"No predictor's pooled interval {over} excludes 0." if not resolved else
               f"{'Pooled intervals' if len(resolved) > 1 else 'The one pooled interval'} {over} that exclude"
               f"{'' if len(resolved) > 1 else 's'} 0: {'; '.join(resolved)}.")
-    third = ("Within a method (its strengths, pooled over methods), FRAG's gap ranks ΔES at "
+    third = ("Within a method (its learning rates or sparsities, pooled over methods), FRAG's gap ranks ΔES at "
              f"{interval(frag.within_rho, frag.within_low, frag.within_high)}.")
     return " ".join((first, second, third))
 
