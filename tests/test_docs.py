@@ -137,7 +137,7 @@ def _as_read(markdown: str) -> list[str]:
                 paragraphs.append(" ".join(current))
             current = []
             continue
-        current.append(re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", s).replace("`", "").replace("*", ""))
+        current.append(_rendered(s).replace("*", ""))
     return paragraphs + ([" ".join(current)] if current else [])
 
 
