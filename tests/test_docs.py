@@ -120,6 +120,35 @@ def test_the_generated_tables_are_for_the_eye():
         assert all(r.count("|") - 1 <= 12 and len(r) <= 220 for r in rows), table.name
 
 
+def _list_items(markdown: str) -> list[str]:
+    """The top-level list items of ``markdown``, each joined with its indented continuation lines."""
+    items: list[str] = []
+    inside = False
+    for line in FENCE.sub("", markdown).splitlines():
+        if re.match(r"(?:[-*+]|\d+\.)\s", line):
+            items.append(line)
+            inside = True
+        elif inside and line.startswith(" ") and line.strip():
+            items[-1] += " " + line.strip()
+        else:
+            inside = False
+    return items
+
+
+def test_list_items_joins_continuation_lines():
+    text = "- **A**: one\n  two [x](y.md)\n- B\n\n  code after a blank\n| t |\n"
+    assert [_rendered(i).replace("*", "") for i in _list_items(text)] == ["- A: one two x", "- B"]
+
+
+def test_the_results_index_rows_are_for_the_eye():
+    """Every row of the results index, a table row or a list item (the terms), reads within 220
+    characters: links as their text, code and emphasis marks dropped."""
+    text = (ROOT / "docs" / "results" / "README.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("|")] + _list_items(text)
+    wide = {len(r): r[:60] for r in (_rendered(row).replace("*", "") for row in rows) if len(r) > 220}
+    assert rows and not wide, f"index rows over 220 characters as read: {wide}"
+
+
 @pytest.mark.parametrize("page", sorted((ROOT / "docs" / "results").glob("*.md")), ids=lambda p: p.name)
 def test_each_results_page_is_under_400_lines(page):
     """A page answers one question; a longer one is split by question (its tables move with it)."""
