@@ -7,14 +7,14 @@ import re
 from pathlib import Path
 
 from . import paths
-from .report import book
+from .report import families
 
 # block name -> the Markdown file (relative to the repository) whose content fills it: each table notebook
-# 09 declares with a docs block (frag_utils.report.book.tables) is smol-<name>, its name with dashes
+# 09 declares with a docs block (frag_utils.report.families.tables) is smol-<name>, its name with dashes
 BLOCKS = {
     "smol-models": "papermill_runs/02_target_and_gold/smol/models.md",
     "smol-frag": "papermill_runs/04_frag/smol/scores.md",
-    **{f"smol-{t.name.replace('_', '-')}": f"figures/smol/{t.name}.md" for t in book.tables() if t.block},
+    **{f"smol-{t.name.replace('_', '-')}": f"figures/smol/{t.name}.md" for t in families.tables() if t.block},
     "bench": "bench/results/summary.md",
 }
 

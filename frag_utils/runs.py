@@ -27,7 +27,7 @@ from .parameters import RunError
 
 KERNEL = "frag"
 # Notebooks that only collect other runs' records: redone when what they read changed (collector_inputs)
-COLLECTORS = ("09_figures",)
+COLLECTORS = ("08_predictors", "09_figures")
 
 
 @dataclass
@@ -286,14 +286,14 @@ INPUTS_FILE = "inputs.sha256"
 def collector_inputs(spec: RunSpec) -> str:
     """sha256 of everything a collector's output depends on: its notebook, its parameters, the
     package's code, the profile's parameter files, and every record (``results.json``) of the
-    profile's runs (the collectors' own left out)."""
+    profile's runs (its own and a later collector's left out: notebook 09 reads notebook 08's record)."""
     import hashlib
 
     profile = str(spec.params.get("profile"))
     files = [spec.notebook, *sorted(paths.PACKAGE_DIR.rglob("*.py")),
              *sorted((paths.PARAMS_DIR / profile).glob("*.yaml")),
              *sorted(f for f in paths.RUNS_DIR.glob(f"*/{profile}*/{paths.RESULTS_FILE}")
-                     if f.parent.parent.name not in COLLECTORS)]
+                     if f.parent.parent.name not in COLLECTORS or f.parent.parent.name < spec.notebook.stem)]
     digest = hashlib.sha256(parameters.params_key(spec.params).encode())
     for f in files:
         digest.update(f"\0{repo_relative(f)}\0".encode())

@@ -7,11 +7,11 @@ import pandas as pd
 import pytest
 
 from frag_utils import records
-from frag_utils.report import book
+from frag_utils.report import book, families
 
 
 def test_each_table_and_figure_is_declared_once():
-    tables = book.tables()
+    tables = families.tables()
     assert len({(t.name, t.figure) for t in tables}) == len(tables)
     # a table and a figure may share a name (the figure's provenance is written last), never two tables
     assert len({t.name for t in tables if not t.figure}) == len([t for t in tables if not t.figure])

@@ -129,13 +129,6 @@ def write(out_dir: Path, prov: dict, built: dict[Table, Any]) -> list[str]:
     return written
 
 
-def tables() -> list[Table]:
-    """Every declared table and figure, in chapter order (the families' modules import this one)."""
-    from . import controls, frontier, grid, paper, targets, variants
-
-    return [t for family in (frontier, paper, targets, controls, variants, grid) for t in family.DECLARED]
-
-
 class Book:
     """``profile``'s tables and figures from its grid's parameter files, ``n_boot`` resamples for every
     interval, ``min_utility_fraction`` the extended set's utility floor."""
@@ -147,6 +140,7 @@ class Book:
         self.built: dict[Table, Any] = {}
         # what a chapter keeps for later ones (the paper's Table 3, the frontier's): empty until it runs
         self.frontier_table3 = self.table3 = self.table3_checkpoints = sourced(pd.DataFrame(), [])
+        self.predictor_ranks, self.predictors_best = sourced(pd.DataFrame(), []), {}  # notebook 08's, once read
         print(f"{len(self.records.method_runs)} notebook-05 and {len(self.records.all_attacks)} notebook-06 records "
               f"of profile {profile!r}; stale attack records left out (their 05 run was redone or removed): "
               f"{self.records.stale or 'none'}")

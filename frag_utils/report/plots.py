@@ -191,3 +191,51 @@ def noise_controls(table: pd.DataFrame) -> Any:
     fig.tight_layout()
     return fig
 
+
+
+FAMILY_COLOURS = {"weight space": 0, "evaluation": 1, "design": 2, "measured": 3, "probe": 4}
+
+
+def predictor_forest(ranks: pd.DataFrame, authors: pd.DataFrame, split: str = "both",
+                     outcomes: tuple[str, ...] = ("delta_es", "es_after")) -> Any:
+    """Each signal's pooled ρ with its interval over ``split``, a panel per outcome, a colour per family; on the ΔES
+    panel the authors' 1B and 3B ρ (their 15 Table 3 checkpoints each; no interval) where their rows allow it."""
+    plt, sns = _pyplot()
+    t = ranks[ranks.split.eq(split)]
+    order = list(dict.fromkeys(t.signal))
+    words = dict(zip(t.signal, t.words))
+    palette = sns.color_palette("tab10", 10)
+    fig, axes = plt.subplots(1, len(outcomes), figsize=(4.1 * len(outcomes) + 1.6, 0.32 * len(order) + 1.3),
+                             sharey=True, squeeze=False)
+    names = {"delta_es": "ΔES", "es_after": "forget ES after", "recovered": "share recovered"}
+    theirs = {"l2_all": "l2", "FRAG_x100": "frag_gap", "A_f_x100": "cos_f", "A_r_x100": "cos_r", "es": "es_before",
+              "pruning": "pruning"}
+    at = authors[authors.subset.eq("all")].set_index(["scale", "predictor"]).rho if len(authors) else pd.Series()
+    for ax, outcome in zip(axes[0], outcomes):
+        part = t[t.outcome.eq(outcome)].set_index("signal").reindex(order)
+        y = np.arange(len(order))[::-1]
+        for yi, (s, r) in zip(y, part.iterrows()):
+            c = palette[FAMILY_COLOURS.get(r.family, 5)]
+            ax.plot([r.low, r.high], [yi, yi], color=c, lw=1.6)
+            ax.plot([r.rho], [yi], "o", color=c, markeredgecolor="black", markeredgewidth=0.4)
+            if outcome == "delta_es":
+                for scale, marker in (("1B", "D"), ("3B", "^")):
+                    v = at.get((scale, theirs.get(s, "")), np.nan)
+                    if np.isfinite(v):
+                        ax.plot([v], [yi], marker, color="black", fillstyle="none", ms=5)
+        ax.axvline(0, color="grey", lw=0.8)
+        ax.set_xlim(-1.05, 1.05)
+        ax.set_xlabel(f"Spearman ρ with {names.get(outcome, outcome)}")
+        ax.set_yticks(y, [words[s] for s in order])
+    from matplotlib.lines import Line2D
+
+    handles = [Line2D([], [], color=palette[i], marker="o", lw=1.6, label=f) for f, i in FAMILY_COLOURS.items()
+               if f in set(t.family)]
+    handles += [Line2D([], [], color="black", marker=m, lw=0, fillstyle="none", label=f"authors' {s} (n = 15)")
+                for s, m in (("1B", "D"), ("3B", "^"))]
+    fig.legend(handles=handles, loc="center left", bbox_to_anchor=(0.83, 0.5), fontsize=7, frameon=False)
+    n, methods = int(t.n.max()), int(t.methods.max())
+    fig.suptitle(f"Which attack-free signal ranks recovery? Pooled ρ with 95 % intervals over {n} healthy "
+                 f"checkpoints of {methods} methods", fontsize=9)
+    fig.tight_layout(rect=(0, 0, 0.82, 0.95))
+    return fig

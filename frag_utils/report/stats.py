@@ -167,15 +167,49 @@ def bootstrap_spearman(x: Sequence[float], y: Sequence[float | Sequence[float]],
 
 
 def bootstrap_spearman_gap(x_a: Sequence[float], x_b: Sequence[float], y: Sequence[float | Sequence[float]],
-                           n_boot: int = 2000, seed: int = 0, groups: Sequence | None = None) -> dict:
+                           n_boot: int = 2000, seed: int = 0, groups: Sequence | None = None,
+                           absolute: bool = False) -> dict:
     """ρ(x_b, ΔES) − ρ(x_a, ΔES), ``{"gap", "low", "high", "n", "n_degenerate", "n_dropped"}``, over the
-    paired resamples of :func:`bootstrap_spearman`: whether one predictor ranks better, as two intervals cannot say."""
+    paired resamples of :func:`bootstrap_spearman`: whether one predictor ranks better, as two intervals cannot say.
+    ``absolute``: |ρ(x_b)| − |ρ(x_a)|, for two predictors whose signs need not agree (above 0: x_b ranks better)."""
     (a, b), runs, n_dropped, groups = _clean([x_a, x_b], y, groups)
     means = [v.mean() for v in runs]
-    gap = spearman(b, means) - spearman(a, means)
+    size = np.abs if absolute else (lambda v: v)
+    gap = size(spearman(b, means)) - size(spearman(a, means))
     rho_a, rho_b = _boot_rhos([a, b], runs, n_boot, seed, groups)
-    low, high, degenerate = _interval(rho_b - rho_a)
+    low, high, degenerate = _interval(size(rho_b) - size(rho_a))
     return {"gap": gap, "low": low, "high": high, "n": len(runs), "n_degenerate": degenerate, "n_dropped": n_dropped}
+
+
+def _partial(r_xy: np.ndarray, r_xz: np.ndarray, r_yz: np.ndarray) -> np.ndarray:
+    """The partial correlation of x and y given z from the three pairwise ones; NaN where z explains x or y wholly."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        den = np.sqrt((1 - r_xz ** 2) * (1 - r_yz ** 2))
+        return np.where(den > 0, (r_xy - r_xz * r_yz) / den, np.nan)
+
+
+def partial_spearman(x: Sequence[float], z: Sequence[float], y: Sequence[float]) -> float:
+    """Spearman's partial ρ of ``x`` and ``y`` given ``z``: what ``x`` ranks of ``y`` that ``z`` does not,
+    (r_xy − r_xz r_yz) / √((1 − r_xz²)(1 − r_yz²)) with each r Spearman's."""
+    return float(_partial(*(np.asarray(spearman(a, b)) for a, b in ((x, y), (x, z), (y, z)))))
+
+
+def bootstrap_partial_spearman(x: Sequence[float], z: Sequence[float], y: Sequence[float | Sequence[float]],
+                               n_boot: int = 2000, seed: int = 0, groups: Sequence | None = None) -> dict:
+    """:func:`partial_spearman` of ``x`` and ``y`` (seeds averaged) given ``z``, with its interval over the resamples
+    of :func:`bootstrap_spearman` (the same draws as every ρ of these checkpoints): whether ``x`` adds rank
+    information beyond ``z``. Returns ``{"rho", "low", "high", "n", "n_degenerate", "n_dropped"}``."""
+    (xa, za), runs, n_dropped, groups = _clean([x, z], y, groups)
+    rho = partial_spearman(xa, za, [v.mean() for v in runs])
+    sizes, idx, ys, _ = _resampled(runs, n_boot, seed, groups)
+    starts, draws = np.cumsum(sizes) - sizes, np.full(n_boot, np.nan)
+    for m in np.unique(sizes):
+        which = np.flatnonzero(sizes == m)
+        pos = starts[which][:, None] + np.arange(m)
+        xs, zs = xa[idx[pos]], za[idx[pos]]
+        draws[which] = _partial(_rows_spearman(xs, ys[pos]), _rows_spearman(xs, zs), _rows_spearman(ys[pos], zs))
+    low, high, degenerate = _interval(draws)
+    return {"rho": rho, "low": low, "high": high, "n": len(runs), "n_degenerate": degenerate, "n_dropped": n_dropped}
 
 
 @functools.lru_cache(maxsize=32)

@@ -1,0 +1,270 @@
+"""Which attack-free signal ranks relearning? Notebook 08's steps as pure functions of the frontier's records
+(:func:`checkpoints`, :func:`rank_table`, :func:`best_pre_attack`, :func:`partial_table`), the authors' own
+checkpoints (:func:`authors_checkpoints`, :func:`authors_table3`, :func:`authors_baselines`), and the family of
+tables notebook 09 builds from notebook 08's record (:data:`DECLARED`, :func:`build`). The candidates, outcomes and
+reading rules were fixed before any number (docs/choices.md, "Which attack-free signal ranks relearning?")."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import pandas as pd
+
+from .. import paths, records, runs
+from . import analysis, plots
+from .book import Table, Text, interval, sourced
+from .recorded import FRONTIER_06, Records, row
+from .stats import bootstrap_partial_spearman, bootstrap_spearman, bootstrap_spearman_gap, spearman, stratified_spearman
+
+NOTEBOOK = "08_predictors"
+# signal -> (family, words); the order of every table. The measured family joins once its runs are recorded.
+SIGNALS = {
+    "l2_all": ("weight space", "global L2"), "FRAG_x100": ("weight space", "FRAG's gap"),
+    "A_f_x100": ("weight space", "cos(F, ΔW²)"), "A_r_x100": ("weight space", "cos(R, ΔW²)"),
+    "es": ("evaluation", "forget ES"), "forget_probability": ("evaluation", "forget probability"),
+    "forget_rouge": ("evaluation", "forget ROUGE"), "forget_truth_ratio": ("evaluation", "forget truth ratio"),
+    "es_retain": ("evaluation", "retain ES"), "model_utility": ("evaluation", "Model Utility"),
+    "pruning": ("design", "a pruning (1) or not"), "forget_authors": ("design", "forget set's authors"),
+    "strength_rank": ("design", "strength rank in its method"),
+    "grad_norm_forget": ("measured", "‖∇ forget loss‖"),
+    "grad_norm_forget_retain": ("measured", "‖∇ forget+retain loss‖"),
+    "sharpness_random": ("measured", "random sharpness"), "sharpness_sam": ("measured", "SAM sharpness"),
+    "probe_es": ("probe", "ES after one attack step"),
+}
+PRE_ATTACK = tuple(s for s, (family, _) in SIGNALS.items() if family == "evaluation")
+FRAG = "FRAG_x100"
+OUTCOMES = {"delta_es": "ΔES", "es_after": "forget ES after", "recovered": "share recovered"}
+# what each pre-attack evaluation number is read from in a notebook-05 record's evaluation of the unlearned model
+EVALUATION = {"es": "es", "forget_probability": "forget_probability", "forget_rouge": "forget_rouge",
+              "forget_truth_ratio": "forget_truth_ratio", "es_retain": "es_retain", "model_utility": "model_utility"}
+AUTHORS = {"1B": "tofu_1b", "3B": "tofu_3b"}
+
+
+def checkpoints(rec: Records, healthy_rule: str = "paper", attack_data: str = "forget_retain") -> pd.DataFrame:
+    """One row per frontier checkpoint healthy by ``healthy_rule`` that ``attack_data`` attacked: its method
+    (``model``), split, every signal of :data:`SIGNALS` the records hold, and per outcome of :data:`OUTCOMES` the
+    list of its seeds' values (``<outcome>_seeds``) and their mean."""
+    from . import frontier
+
+    if healthy_rule not in analysis.HEALTHY_RULES:
+        raise ValueError(f"healthy_rule must be one of {sorted(analysis.HEALTHY_RULES)}, got {healthy_rule!r}")
+    models = frontier.candidates(rec)
+    attacks = [r for f in FRONTIER_06 for r in rec.attacks_of_file(f) if row(r)["attack_data"] == attack_data]
+    if not attacks:
+        raise ValueError(f"no recorded {attack_data!r} attack of the frontier in profile {rec.profile!r}: "
+                         "run notebook 06 on the frontier's files first (make reproduce SELECT=06_attacks)")
+    _, hit = frontier.attacked(models, attacks)
+    df = hit[hit[f"healthy_{healthy_rule}"]].reset_index(drop=True)
+    evaluation = [rec.method_by_run[r.split("/", 1)[1]]["results"]["evaluation"]["unlearned"] for r in df.run]
+    df = df.assign(**{s: [ev[k] for ev in evaluation] for s, k in EVALUATION.items()},
+                   pruning=df.method.isin(analysis.PRUNING).astype(int),
+                   forget_authors=df.forget_split.map({"forget01": 1, "forget05": 2, "forget10": 3}),
+                   strength_rank=df.groupby(["model", "forget_split"]).strength.rank(method="average"),
+                   delta_es_seeds=df.delta_es,
+                   es_after_seeds=[[b + d for d in ds] for b, ds in zip(df.es, df.delta_es)])
+    df = df.assign(delta_es=df.delta_es_seeds.map(np.mean), es_after=df.es_after_seeds.map(np.mean))
+    keep = ["model", "method", "forget_split", "strength", *[s for s in SIGNALS if s in df],
+            *[c for o in OUTCOMES for c in (o, f"{o}_seeds")], "attack_seeds", "run"]
+    return df[keep]
+
+
+def with_measured(df: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """``df`` with the measured signals of ``measured`` (one row per ``run``: a column per signal) joined on the run;
+    a checkpoint not measured yet has NaN, and every ρ then leaves it out (``n`` says how many are left)."""
+    if not len(measured):
+        return df
+    cols = [c for c in measured.columns if c in SIGNALS]
+    return df.merge(measured[["run", *cols]], on="run", how="left")
+
+
+def signals(df: pd.DataFrame) -> list[str]:
+    """The signals of :data:`SIGNALS` that ``df`` holds for at least four checkpoints, in order."""
+    return [s for s in SIGNALS if s in df and df[s].notna().sum() >= 4]
+
+
+def splits(df: pd.DataFrame) -> dict[str, pd.Series]:
+    """Where each ρ is taken: both splits pooled, then each split alone."""
+    return {"both": df.forget_split.ne(""), **{s: df.forget_split.eq(s) for s in sorted(set(df.forget_split),
+                                                                                       reverse=True)}}
+
+
+def _between(part: pd.DataFrame, signal: str, outcome: str, n_boot: int) -> dict:
+    """ρ over the mean of each method on each split (the cells), resampling methods."""
+    cells = part.groupby(["model", "forget_split"], sort=True)[[signal, outcome]].mean().dropna().reset_index()
+    if len(cells) < 4:
+        return {"rho": np.nan, "low": np.nan, "high": np.nan, "n": len(cells)}
+    return bootstrap_spearman(cells[signal], cells[outcome], n_boot=n_boot, groups=list(cells.model))
+
+
+def rank_row(part: pd.DataFrame, signal: str, outcome: str, n_boot: int) -> dict:
+    """Every reading of one signal against one outcome over ``part``: pooled ρ with its interval (methods, then
+    checkpoints, then seeds), within a method (on a split), between method means, and ρ(signal) − ρ(FRAG's gap)
+    signed and in size (|ρ(FRAG)| − |ρ(signal)|: above 0 where FRAG ranks better) over the same resamples."""
+    y, groups = list(part[f"{outcome}_seeds"]), list(part.model)
+    pooled = bootstrap_spearman(part[signal], y, n_boot=n_boot, groups=groups)
+    cells = list(part.model + " " + part.forget_split)
+    within = stratified_spearman(part[signal], y, groups, n_boot=n_boot, cells=cells)
+    between = _between(part, signal, outcome, n_boot)
+    gap = bootstrap_spearman_gap(part[FRAG], part[signal], y, n_boot=n_boot, groups=groups)
+    size = bootstrap_spearman_gap(part[signal], part[FRAG], y, n_boot=n_boot, groups=groups, absolute=True)
+    family, words = SIGNALS[signal]
+    return {"outcome": outcome, "signal": signal, "family": family, "words": words,
+            "rho": pooled["rho"], "low": pooled["low"], "high": pooled["high"], "n": pooled["n"],
+            "methods": pooled["n_groups"], "within_rho": within["rho"], "within_low": within["low"],
+            "within_high": within["high"], "between_rho": between["rho"], "between_low": between["low"],
+            "between_high": between["high"], "between_n": between["n"], "minus_frag": gap["gap"],
+            "minus_frag_low": gap["low"], "minus_frag_high": gap["high"], "frag_beats_by": size["gap"],
+            "frag_beats_low": size["low"], "frag_beats_high": size["high"]}
+
+
+def rank_table(df: pd.DataFrame, n_boot: int, outcomes: Sequence[str] = tuple(OUTCOMES)) -> pd.DataFrame:
+    """:func:`rank_row` for every signal of ``df``, outcome and split (:func:`splits`); ``ranks``: whether the
+    pooled interval excludes 0 (the rule of docs/choices.md)."""
+    rows = [{"split": split, **rank_row(df[mask], s, o, n_boot)} for o in outcomes
+            for split, mask in splits(df).items() for s in signals(df[mask])]
+    t = pd.DataFrame(rows)
+    return t.assign(ranks=(t.low > 0) | (t.high < 0))
+
+
+def best_pre_attack(table: pd.DataFrame, outcome: str, discovery: str = "forget10") -> str:
+    """The evaluation signal with the largest |pooled ρ| with ``outcome`` on ``discovery`` (docs/choices.md)."""
+    part = table[table.outcome.eq(outcome) & table.split.eq(discovery) & table.signal.isin(PRE_ATTACK)]
+    if not len(part):
+        raise ValueError(f"no pre-attack signal was ranked against {outcome!r} on {discovery!r}")
+    return str(part.loc[part.rho.abs().idxmax(), "signal"])
+
+
+def partial_table(df: pd.DataFrame, table: pd.DataFrame, n_boot: int, discovery: str = "forget10",
+                  of: Sequence[str] = ("FRAG_x100", "l2_all")) -> pd.DataFrame:
+    """Per outcome and split, the partial ρ of each of ``of`` with the outcome given the best pre-attack signal (chosen
+    on ``discovery``), over the resamples of every ρ: what FRAG (or L2) ranks that the evaluation already did."""
+    rows = []
+    for outcome in dict.fromkeys(table.outcome):
+        given = best_pre_attack(table, outcome, discovery)
+        for split, mask in splits(df).items():
+            part = df[mask]
+            for signal in of:
+                p = bootstrap_partial_spearman(part[signal], part[given], list(part[f"{outcome}_seeds"]),
+                                               n_boot=n_boot, groups=list(part.model))
+                rows.append({"outcome": outcome, "split": split, "signal": signal, "given": given,
+                             "rho": p["rho"], "low": p["low"], "high": p["high"], "n": p["n"],
+                             "adds": p["low"] > 0 or p["high"] < 0})
+    return pd.DataFrame(rows)
+
+
+# -- the authors' own checkpoints ----------------------------------------------------------------------
+AUTHORS_FILE = "authors_checkpoints.csv"
+AUTHORS_TABLE3_METHODS = ("graddiff", "npo", "rmu", "sp", "frp_p0")  # their analysis/table3_spearman.py; GA left out
+AUTHORS_PREDICTORS = ("l2", "frag_gap", "cos_f", "cos_r")
+AUTHORS_BASELINES = {"pruning": "a pruning (1) or not", "es_before": "forget ES before",
+                     "forget_percent": "forget set's size"}
+
+
+def authors_checkpoints() -> pd.DataFrame:
+    """The authors' per-checkpoint predictors and ES (``data/reference/authors_checkpoints.csv``, its sources in
+    ``data/reference/README.md``), ``delta_es`` their ΔES under forget+retain, with the design signals their rows
+    allow: ``pruning`` (SP or FRP of any veto) and ``forget_percent``."""
+    df = pd.read_csv(paths.DATA_DIR / "reference" / AUTHORS_FILE)
+    return df.assign(delta_es=df.delta_es_forget_retain,
+                     pruning=df.method.str.split("_").str[0].isin(analysis.PRUNING).astype(int),
+                     forget_percent=df.forget_split.str.removeprefix("forget").astype(int))
+
+
+def authors_table3_rows(df: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]:
+    """Their Table 3's checkpoints per (scale, subset): :data:`AUTHORS_TABLE3_METHODS` on every split, per model
+    size and pooled, all and without FRP."""
+    chosen = df[df.method.isin(AUTHORS_TABLE3_METHODS)]
+    scales = {**{s: chosen[chosen.scale.eq(s)] for s in AUTHORS}, "pooled": chosen}
+    return {(scale, subset): part[part.method.ne("frp_p0")] if subset == "w/o FRP" else part
+            for scale, part in scales.items() for subset in ("all", "w/o FRP")}
+
+
+def authors_table3(df: pd.DataFrame, columns: Sequence[str] = AUTHORS_PREDICTORS) -> pd.DataFrame:
+    """Spearman ρ of each of ``columns`` with their ΔES (forget+retain) over :func:`authors_table3_rows`."""
+    return pd.DataFrame([{"scale": scale, "subset": subset, "predictor": c,
+                          "rho": spearman(part[c], part.delta_es), "n": len(part)}
+                         for (scale, subset), part in authors_table3_rows(df).items() for c in columns])
+
+
+def authors_against_printed(recomputed: pd.DataFrame) -> pd.DataFrame:
+    """Each recomputed ρ beside the authors' own CSV (``results/table3_spearman.csv``) and their difference."""
+    theirs = analysis.authors_table3()
+    theirs = theirs[theirs.source.eq("results/table3_spearman.csv")].set_index(["scale", "subset", "predictor"]).rho
+    keys = list(zip(recomputed.scale, recomputed.subset, recomputed.predictor))
+    return recomputed.assign(authors_csv=[theirs.get(k, np.nan) for k in keys]).assign(
+        difference=lambda t: (t.rho - t.authors_csv).round(6))
+
+
+# -- notebook 09: the family of tables read from notebook 08's record ----------------------------------------
+RANKS = Table("predictors", {"rho": "+.2f", "within_rho": "+.2f"}, shown=(
+    "outcome", "split", "family", "signal", "rho", "n", "methods", "within_rho", "between_rho", "frag_beats_by"),
+    labels={"frag_beats_by": "|ρ FRAG| − |ρ|"})
+PARTIAL = Table("predictors_partial", {"rho": "+.2f"})
+AUTHORS_RANKS = Table("predictors_authors", {"rho": "+.2f"})
+FOREST = Table("predictors_forest", block=False, figure=True)
+VERDICT = Table("predictors_verdict", text=True)  # the results page's answer
+HEADLINE = Table("predictors_headline", text=True)  # the README's sentences under its verdict
+DECLARED = (RANKS, PARTIAL, AUTHORS_RANKS, FOREST, VERDICT, HEADLINE)
+
+
+def recorded(profile: str) -> tuple[dict, str] | None:
+    """Notebook 08's complete record of ``profile`` (its grid file's run) and its run path, or None."""
+    specs = [s for s in runs.grid(profile) if s.notebook.stem == NOTEBOOK] if (
+        paths.PARAMS_DIR / profile).is_dir() else []
+    for spec in specs:
+        if spec.is_complete():
+            return records.read_json(spec.out_dir / paths.RESULTS_FILE), f"{NOTEBOOK}/{spec.name}"
+    return None
+
+
+def _against(r: pd.Series) -> str:
+    """|ρ(FRAG)| − |ρ(signal)| with its interval and what it says."""
+    said = "FRAG better" if r.frag_beats_low > 0 else "FRAG worse" if r.frag_beats_high < 0 else "not resolved"
+    return f"{interval(r.frag_beats_by, r.frag_beats_low, r.frag_beats_high)}, {said}"
+
+
+def headline(ranks: pd.DataFrame, best: dict[str, str], split: str = "both") -> str:
+    """The README's sentences under its verdict: the best pre-attack signal of ΔES and of ES after (chosen on the
+    discovery split), each ρ over ``split``, and |ρ(FRAG)| − |ρ| against each."""
+    t = ranks[ranks.split.eq(split)].set_index(["outcome", "signal"])
+    d, a = t.loc[("delta_es", best["delta_es"])], t.loc[("es_after", best["es_after"])]
+    return (f"Before any attack, the {d.words} ranks ΔES at {interval(d.rho, d.low, d.high)} and the {a.words} "
+            f"ranks ES after at {interval(a.rho, a.low, a.high)}. |ρ(FRAG)| minus theirs: {_against(d)}; "
+            f"{_against(a)}.")
+
+
+def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], split: str = "both") -> str:
+    """The results page's answer, per outcome over ``split``: the signals whose interval excludes 0, the best
+    pre-attack signal against FRAG, and FRAG's partial ρ given it."""
+    out = []
+    for outcome, words in OUTCOMES.items():
+        t = ranks[ranks.outcome.eq(outcome) & ranks.split.eq(split)].set_index("signal")
+        if not len(t):
+            continue
+        p = partial[partial.outcome.eq(outcome) & partial.split.eq(split) & partial.signal.eq(FRAG)].iloc[0]
+        b = t.loc[best[outcome]]
+        ranked = [f"{t.loc[s, 'words']} {interval(t.loc[s, 'rho'], t.loc[s, 'low'], t.loc[s, 'high'])}"
+                  for s in t.index if t.loc[s, "ranks"]]
+        out.append(f"**{words[0].upper() + words[1:]}.** " + (
+            f"Intervals that exclude 0: {'; '.join(ranked)}." if ranked else "No signal's interval excludes 0.")
+            + f" The best pre-attack signal, chosen on forget10, is the {b.words}; |ρ(FRAG)| minus its ρ is "
+            f"{_against(b)}. Given it, FRAG's partial ρ is {interval(p.rho, p.low, p.high)}"
+            + (": FRAG adds rank information." if p.adds else ", not resolved."))
+    return "\n\n".join(out)
+
+
+def build(book) -> dict[Table, object]:
+    """The chapter: notebook 08's record of the book's profile as tables, the forest plot and the verdict."""
+    found = recorded(book.records.profile)
+    if found is None:
+        print(f"no complete {NOTEBOOK} record of profile {book.records.profile!r}: its tables stay empty")
+        return {}
+    record, run = found
+    res = record["results"]
+    ranks, partial = pd.DataFrame(res["ranks"]), pd.DataFrame(res["partial"])
+    authors = pd.DataFrame(res["authors_baselines"])
+    book.predictor_ranks, book.predictors_best = sourced(ranks, [run]), res["best_pre_attack"]
+    return {RANKS: book.predictor_ranks, PARTIAL: sourced(partial, [run]), AUTHORS_RANKS: sourced(authors, [run]),
+            FOREST: sourced(plots.predictor_forest(ranks, authors), [run]),
+            VERDICT: sourced(Text(verdict(ranks, partial, res["best_pre_attack"])), [run]),
+            HEADLINE: sourced(Text(headline(ranks, res["best_pre_attack"])), [run])}
