@@ -661,3 +661,23 @@ def test_roles_are_refused_without_a_remake_or_outside_notebook_02s_models(fake_
         ns = cli.build_parser().parse_args(["run-one", *args])
         with pytest.raises(RunError, match="--roles .*with --remake of a notebook-02 run"):
             ns.func(ns)
+
+
+def test_notebook_08_is_collected_before_notebook_09_which_reads_its_record(fake_grid, tmp_path):
+    """Two collectors: 08 reads the grid's records, 09 reads those and 08's. 09 runs after 08; a change to 08's
+    record makes 09 a job, and 09's own record never makes 08 one."""
+    for nb in ("08_predictors", "09_figures"):
+        (tmp_path / "params" / "t" / f"{nb}.yaml").write_text("{profile: t}\n")
+    jobs = _make()
+    assert _keys(jobs)[-2:] == ["08_predictors/t", "09_figures/t"] and "08_predictors/t" in jobs[-1].needs
+    assert _make() == []
+    (spec_08,) = [s for s in runs.grid("t") if s.notebook.stem == "08_predictors"]
+    (spec_09,) = [s for s in runs.grid("t") if s.notebook.stem == "09_figures"]
+    before_08, before_09 = runs.collector_inputs(spec_08), runs.collector_inputs(spec_09)
+    record_09 = spec_09.out_dir / paths.RESULTS_FILE
+    record_09.write_text(record_09.read_text() + " ")
+    assert runs.collector_inputs(spec_08) == before_08  # a later collector's record is not an input
+    record_08 = spec_08.out_dir / paths.RESULTS_FILE
+    record_08.write_text(record_08.read_text() + " ")
+    assert runs.collector_inputs(spec_08) == before_08 and runs.collector_inputs(spec_09) != before_09
+    assert _keys(_make()) == ["09_figures/t"]

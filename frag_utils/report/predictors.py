@@ -78,8 +78,9 @@ def with_measured(df: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
 
 
 def signals(df: pd.DataFrame) -> list[str]:
-    """The signals of :data:`SIGNALS` that ``df`` holds for at least four checkpoints, in order."""
-    return [s for s in SIGNALS if s in df and df[s].notna().sum() >= 4]
+    """The signals of :data:`SIGNALS` that ``df`` holds for at least four checkpoints and that vary (the forget set's
+    size does not on one split), in order."""
+    return [s for s in SIGNALS if s in df and df[s].notna().sum() >= 4 and df[s].nunique() > 1]
 
 
 def splits(df: pd.DataFrame) -> dict[str, pd.Series]:
@@ -187,24 +188,83 @@ def authors_table3(df: pd.DataFrame, columns: Sequence[str] = AUTHORS_PREDICTORS
 
 
 def authors_against_printed(recomputed: pd.DataFrame) -> pd.DataFrame:
-    """Each recomputed ρ beside the authors' own CSV (``results/table3_spearman.csv``) and their difference."""
+    """Each recomputed ρ beside the authors' recomputation (``authors_csv``: their REPRODUCE.md table, and their
+    ``results/table3_spearman.csv`` for cos R, which that table omits; ``data/reference/authors_table3.csv``)."""
     theirs = analysis.authors_table3()
-    theirs = theirs[theirs.source.eq("results/table3_spearman.csv")].set_index(["scale", "subset", "predictor"]).rho
+    theirs = theirs[theirs.source.isin(["REPRODUCE.md Table 3 section (table)", "results/table3_spearman.csv"])
+                    & theirs.predictor.isin(AUTHORS_PREDICTORS)].set_index(["scale", "subset", "predictor"]).rho
     keys = list(zip(recomputed.scale, recomputed.subset, recomputed.predictor))
     return recomputed.assign(authors_csv=[theirs.get(k, np.nan) for k in keys]).assign(
         difference=lambda t: (t.rho - t.authors_csv).round(6))
 
 
 # -- notebook 09: the family of tables read from notebook 08's record ----------------------------------------
-RANKS = Table("predictors", {"rho": "+.2f", "within_rho": "+.2f"}, shown=(
+RANKS = Table("predictors", {"rho": "+.2f", "within_rho": "+.2f"}, block=False, shown=(  # every row, for the CSV
     "outcome", "split", "family", "signal", "rho", "n", "methods", "within_rho", "between_rho", "frag_beats_by"),
     labels={"frag_beats_by": "|ρ FRAG| − |ρ|"})
-PARTIAL = Table("predictors_partial", {"rho": "+.2f"})
-AUTHORS_RANKS = Table("predictors_authors", {"rho": "+.2f"})
+POOLED = Table("predictors_pooled")  # for the eye: both splits, a row per signal
+SPLITS = Table("predictors_splits")  # forget10 (discovery) beside forget05 (test)
+PARTIAL = Table("predictors_partial")
+AUTHORS_RANKS = Table("predictors_authors", {"rho": "+.2f"}, block=False)
+AUTHORS_WIDE = Table("predictors_authors_wide")  # for the eye: a row per signal, a column per scale and subset
 FOREST = Table("predictors_forest", block=False, figure=True)
 VERDICT = Table("predictors_verdict", text=True)  # the results page's answer
 HEADLINE = Table("predictors_headline", text=True)  # the README's sentences under its verdict
-DECLARED = (RANKS, PARTIAL, AUTHORS_RANKS, FOREST, VERDICT, HEADLINE)
+DECLARED = (RANKS, POOLED, SPLITS, PARTIAL, AUTHORS_RANKS, AUTHORS_WIDE, FOREST, VERDICT, HEADLINE)
+
+
+def _ci(t: pd.DataFrame, point: str = "rho", low: str = "low", high: str = "high") -> list[str]:
+    """Each row's estimate with its interval in one cell; "—" where there is none (constant in every stratum)."""
+    return ["—" if p != p else interval(p, lo, hi) for p, lo, hi in zip(t[point], t[low], t[high])]
+
+
+def pooled_view(ranks: pd.DataFrame, split: str = "both") -> pd.DataFrame:
+    """A row per signal over ``split``: its family, ρ with each outcome, within a method (ΔES), and |ρ(FRAG)| − |ρ|
+    for ΔES and ES after."""
+    t = ranks[ranks.split.eq(split)]
+    by = {o: t[t.outcome.eq(o)].set_index("signal") for o in OUTCOMES}
+    d = by["delta_es"]
+    out = pd.DataFrame({"family": d.family, "signal": d.words,
+                        **{OUTCOMES[o]: _ci(by[o].reindex(d.index)) for o in OUTCOMES},
+                        "within (ΔES)": _ci(d, "within_rho", "within_low", "within_high"),
+                        **{f"|ρ FRAG| − |ρ|, {OUTCOMES[o]}": _ci(by[o].reindex(d.index), "frag_beats_by",
+                                                                "frag_beats_low", "frag_beats_high")
+                           for o in ("delta_es", "es_after")}})
+    out.loc[out.index == FRAG, [c for c in out if c.startswith("|ρ FRAG|")]] = "—"  # FRAG against itself
+    return out.reset_index(drop=True)
+
+
+def splits_view(ranks: pd.DataFrame, discovery: str = "forget10") -> pd.DataFrame:
+    """A row per signal: ρ with ΔES and with ES after on the discovery split and on the other (its test)."""
+    t = ranks[ranks.split.ne("both")]
+    order = sorted(set(t.split), key=lambda s: s != discovery)
+    cols = {}
+    for o in ("delta_es", "es_after"):
+        for split in order:
+            part = t[t.outcome.eq(o) & t.split.eq(split)].set_index("signal")
+            cols[f"{OUTCOMES[o]}, {split}"] = pd.Series(_ci(part), index=part.index)
+    words = t.drop_duplicates("signal").set_index("signal").words
+    return pd.DataFrame(cols).reindex(list(words.index)).rename(index=words).rename_axis("signal").reset_index()
+
+
+def partial_view(partial: pd.DataFrame) -> pd.DataFrame:
+    """A row per outcome and signal: its partial ρ given the best pre-attack signal, on both splits and each alone."""
+    t = partial.assign(ci=_ci(partial), outcome=partial.outcome.map(OUTCOMES),
+                       signal=partial.signal.map(lambda s: SIGNALS[s][1]),
+                       given=partial.given.map(lambda s: SIGNALS[s][1]))
+    wide = t.pivot_table(index=["outcome", "given", "signal"], columns="split", values="ci", aggfunc="first",
+                         sort=False)
+    return wide[[c for c in ("both", "forget10", "forget05") if c in wide]].reset_index()
+
+
+def authors_view(baselines: pd.DataFrame) -> pd.DataFrame:
+    """A row per signal of the authors' rows, a column per model size and subset (ρ with their ΔES, n in the header)."""
+    t = baselines.assign(column=baselines.scale + " " + baselines.subset + " (" + baselines.n.astype(str) + ")")
+    wide = t.pivot_table(index="predictor", columns="column", values="rho", aggfunc="first", sort=False)
+    names = {"l2": "global L2", "frag_gap": "FRAG's gap", "cos_f": "cos(F, ΔW²)", "cos_r": "cos(R, ΔW²)",
+             **AUTHORS_BASELINES}
+    wide = wide.map(lambda v: f"{v:+.2f}")
+    return wide.rename(index=names).rename_axis("signal").reset_index()
 
 
 def recorded(profile: str) -> tuple[dict, str] | None:
@@ -217,10 +277,15 @@ def recorded(profile: str) -> tuple[dict, str] | None:
     return None
 
 
+def _said(r: pd.Series) -> str:
+    """What |ρ(FRAG)| − |ρ(signal)|'s interval says."""
+    return "FRAG ranks better" if r.frag_beats_low > 0 else "FRAG ranks worse" if r.frag_beats_high < 0 \
+        else "not resolved"
+
+
 def _against(r: pd.Series) -> str:
     """|ρ(FRAG)| − |ρ(signal)| with its interval and what it says."""
-    said = "FRAG better" if r.frag_beats_low > 0 else "FRAG worse" if r.frag_beats_high < 0 else "not resolved"
-    return f"{interval(r.frag_beats_by, r.frag_beats_low, r.frag_beats_high)}, {said}"
+    return f"{interval(r.frag_beats_by, r.frag_beats_low, r.frag_beats_high)}, {_said(r)}"
 
 
 def headline(ranks: pd.DataFrame, best: dict[str, str], split: str = "both") -> str:
@@ -228,9 +293,10 @@ def headline(ranks: pd.DataFrame, best: dict[str, str], split: str = "both") -> 
     discovery split), each ρ over ``split``, and |ρ(FRAG)| − |ρ| against each."""
     t = ranks[ranks.split.eq(split)].set_index(["outcome", "signal"])
     d, a = t.loc[("delta_es", best["delta_es"])], t.loc[("es_after", best["es_after"])]
-    return (f"Before any attack, the {d.words} ranks ΔES at {interval(d.rho, d.low, d.high)} and the {a.words} "
-            f"ranks ES after at {interval(a.rho, a.low, a.high)}. |ρ(FRAG)| minus theirs: {_against(d)}; "
-            f"{_against(a)}.")
+    return (f"Before any attack, the {d.words} ranks ΔES at {interval(d.rho, d.low, d.high)}, and the {a.words} "
+            f"ranks the forget ES after the attack at {interval(a.rho, a.low, a.high)}. |ρ(FRAG)| − |ρ| is "
+            f"{interval(d.frag_beats_by, d.frag_beats_low, d.frag_beats_high)} against the first ({_said(d)}) and "
+            f"{interval(a.frag_beats_by, a.frag_beats_low, a.frag_beats_high)} against the second ({_said(a)}).")
 
 
 def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], split: str = "both") -> str:
@@ -264,7 +330,9 @@ def build(book) -> dict[Table, object]:
     ranks, partial = pd.DataFrame(res["ranks"]), pd.DataFrame(res["partial"])
     authors = pd.DataFrame(res["authors_baselines"])
     book.predictor_ranks, book.predictors_best = sourced(ranks, [run]), res["best_pre_attack"]
-    return {RANKS: book.predictor_ranks, PARTIAL: sourced(partial, [run]), AUTHORS_RANKS: sourced(authors, [run]),
+    return {RANKS: book.predictor_ranks, POOLED: sourced(pooled_view(ranks), [run]),
+            SPLITS: sourced(splits_view(ranks), [run]), PARTIAL: sourced(partial_view(partial), [run]),
+            AUTHORS_RANKS: sourced(authors, [run]), AUTHORS_WIDE: sourced(authors_view(authors), [run]),
             FOREST: sourced(plots.predictor_forest(ranks, authors), [run]),
             VERDICT: sourced(Text(verdict(ranks, partial, res["best_pre_attack"])), [run]),
             HEADLINE: sourced(Text(headline(ranks, res["best_pre_attack"])), [run])}

@@ -1,0 +1,155 @@
+"""Notebook 08's steps (frag_utils.report.predictors) against their definitions computed the slow way, and the
+authors' per-checkpoint rows against their printed Table 3."""
+import numpy as np
+import pandas as pd
+import pytest
+from scipy import stats
+
+from frag_utils.report import analysis
+from frag_utils.report import predictors as P
+from frag_utils.report import stats as S
+
+
+def _slow_partial(x, z, y):
+    r = {k: stats.spearmanr(a, b).statistic for k, (a, b) in {"xy": (x, y), "xz": (x, z), "yz": (y, z)}.items()}
+    return (r["xy"] - r["xz"] * r["yz"]) / np.sqrt((1 - r["xz"] ** 2) * (1 - r["yz"] ** 2))
+
+
+def test_the_partial_rho_and_its_interval_equal_the_resample_by_resample_definition():
+    """Methods, then checkpoints of each, then seeds of each, drawn one resample at a time as stats._draws draws
+    them: the partial ρ of every resample, from scipy's three ρ, gives the same interval; the point is the formula."""
+    rng = np.random.default_rng(1)
+    groups = np.repeat(list("ABCDE"), [3, 4, 2, 5, 4])
+    n = len(groups)
+    z = rng.normal(size=n)
+    x = z + rng.normal(size=n)
+    y = [z[i] + rng.normal(size=k) for i, k in enumerate(rng.integers(1, 4, n))]
+    res = S.bootstrap_partial_spearman(x, z, y, n_boot=300, seed=4, groups=groups)
+    means = np.array([v.mean() for v in y])
+    assert res["rho"] == pytest.approx(_slow_partial(x, z, means), abs=1e-12)
+    draw, members, slow = np.random.default_rng(4), [np.flatnonzero(groups == g) for g in "ABCDE"], []
+    for _ in range(300):
+        picks = [members[k][draw.integers(0, len(members[k]), len(members[k]))] for k in draw.integers(0, 5, 5)]
+        idx = np.concatenate(picks)
+        ys = np.array([np.sort(y[i][draw.integers(0, len(y[i]), len(y[i]))]).mean() if len(y[i]) > 1 else y[i][0]
+                       for i in idx])
+        slow.append(_slow_partial(x[idx], z[idx], ys))
+    slow = np.asarray(slow)
+    assert np.allclose([res["low"], res["high"]], np.quantile(slow[np.isfinite(slow)], [0.025, 0.975]), atol=1e-12)
+    # a signal given itself adds nothing: no resample has a partial ρ
+    assert S.bootstrap_partial_spearman(x, x, y, n_boot=50)["n_degenerate"] == 50
+
+
+def test_the_size_gap_compares_rho_whatever_its_sign():
+    rng = np.random.default_rng(2)
+    y = [list(rng.normal(size=2)) for _ in range(20)]
+    means = [np.mean(v) for v in y]
+    a, b = rng.normal(size=20), -np.asarray(means) + 0.01 * rng.normal(size=20)  # b ranks y well, negatively
+    gap = S.bootstrap_spearman_gap(a, b, y, n_boot=300, absolute=True)
+    assert gap["gap"] == pytest.approx(abs(S.spearman(b, means)) - abs(S.spearman(a, means)))
+    assert gap["low"] > 0  # b ranks better in size; the signed difference says the opposite
+    assert S.bootstrap_spearman_gap(a, b, y, n_boot=300)["high"] < 0
+
+
+def _frontier(seed=0):
+    """A frontier-like table: four methods (one pruning) on two splits, three strengths each, two seeds."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for m, method in (("GA", "ga"), ("NPO", "npo"), ("RMU", "rmu"), ("SP", "sp")):
+        for split in ("forget10", "forget05"):
+            for k in range(3):
+                es = rng.uniform(0.05, 0.6)
+                d = [0.8 - es + rng.normal(0, 0.05) for _ in range(2)]
+                rows.append({"model": m, "method": method, "forget_split": split, "strength": k + 1,
+                             "l2_all": rng.uniform(1, 10), "FRAG_x100": rng.normal(), "A_f_x100": rng.normal(),
+                             "A_r_x100": rng.normal(), "es": es, "forget_probability": es + rng.normal(0, .05),
+                             "forget_rouge": rng.uniform(), "forget_truth_ratio": rng.uniform(), "es_retain": .9,
+                             "model_utility": rng.uniform(.2, .4), "pruning": int(method == "sp"),
+                             "forget_authors": 3 if split == "forget10" else 2, "strength_rank": k + 1.0,
+                             "delta_es_seeds": d, "es_after_seeds": [es + v for v in d],
+                             "recovered_seeds": [v / (0.9 - es) for v in d], "run": f"05_unlearn/{m}{split}{k}"})
+    df = pd.DataFrame(rows)
+    return df.assign(**{o: df[f"{o}_seeds"].map(np.mean) for o in P.OUTCOMES})
+
+
+def test_each_row_of_the_rank_table_is_the_bootstrap_of_its_signal_and_outcome():
+    df = _frontier()
+    table = P.rank_table(df, n_boot=100)
+    assert set(table.split) == {"both", "forget10", "forget05"} and set(table.outcome) == set(P.OUTCOMES)
+    assert "retain ES" not in set(table.words)  # constant: no ρ, no row (es_retain is 0.9 everywhere)
+    row = table[table.split.eq("both") & table.outcome.eq("es_after") & table.signal.eq("forget_probability")].iloc[0]
+    ref = S.bootstrap_spearman(df.forget_probability, list(df.es_after_seeds), n_boot=100, groups=list(df.model))
+    assert (row.rho, row.low, row.high, row.n, row.methods) == (ref["rho"], ref["low"], ref["high"], 24, 4)
+    slow = stats.spearmanr(df.forget_probability, df.es_after_seeds.map(np.mean)).statistic
+    assert row.rho == pytest.approx(slow) and row.ranks == (row.low > 0 or row.high < 0)
+    # within a method on a split: the mean of the eight strata's ρ (each of three checkpoints)
+    strata = [stats.spearmanr(g.forget_probability, g.es_after).statistic
+              for _, g in df.groupby(["model", "forget_split"])]
+    assert row.within_rho == pytest.approx(np.mean(strata))
+    # between: ρ over the eight method-and-split means
+    cells = df.groupby(["model", "forget_split"])[["forget_probability", "es_after"]].mean()
+    assert row.between_rho == pytest.approx(stats.spearmanr(cells.forget_probability, cells.es_after).statistic)
+    # |ρ(FRAG)| − |ρ|, and FRAG against itself is exactly 0
+    frag = table[table.split.eq("both") & table.outcome.eq("es_after") & table.signal.eq(P.FRAG)].iloc[0]
+    assert row.frag_beats_by == pytest.approx(abs(frag.rho) - abs(row.rho))
+    assert (frag.frag_beats_by, frag.frag_beats_low, frag.frag_beats_high) == (0, 0, 0)
+
+
+def test_the_best_pre_attack_signal_is_chosen_on_the_discovery_split_and_the_partial_rho_given_it():
+    df = _frontier(3)
+    table = P.rank_table(df, n_boot=50, outcomes=("delta_es",))
+    part = table[table.split.eq("forget10") & table.signal.isin(P.PRE_ATTACK)]
+    best = P.best_pre_attack(table, "delta_es", "forget10")
+    assert best == part.loc[part.rho.abs().idxmax(), "signal"] and best in ("es", "forget_probability")
+    assert P.best_pre_attack(table, "delta_es", "forget05") in P.PRE_ATTACK
+    partial = P.partial_table(df, table, n_boot=50)
+    row = partial[partial.split.eq("forget05") & partial.signal.eq(P.FRAG)].iloc[0]
+    sub = df[df.forget_split.eq("forget05")]
+    assert row.given == best  # chosen on forget10, used on every split
+    assert row.rho == pytest.approx(_slow_partial(sub.FRAG_x100, sub[best], sub.delta_es))
+    with pytest.raises(ValueError, match="no pre-attack signal"):
+        P.best_pre_attack(table, "es_after")
+
+
+def test_the_views_for_the_eye_keep_each_signal_and_leave_out_what_has_no_value():
+    df = _frontier()
+    ranks = P.rank_table(df, n_boot=50)
+    pooled = P.pooled_view(ranks)
+    assert len(pooled) == ranks[ranks.split.eq("both")].signal.nunique() and len(pooled.columns) <= 12
+    frag = pooled[pooled.signal.eq("FRAG's gap")].iloc[0]
+    assert frag["|ρ FRAG| − |ρ|, ΔES"] == "—"  # not against itself
+    assert pooled[pooled.signal.eq("a pruning (1) or not")]["within (ΔES)"].iloc[0] == "—"  # constant in a method
+    assert "forget set's authors" not in set(P.splits_view(ranks).signal)  # constant on each split
+
+
+def test_the_authors_rows_give_their_printed_table3_to_two_decimals():
+    authors = P.authors_checkpoints()
+    assert len(authors) == 42 and set(authors.scale) == {"1B", "3B"}
+    recomputed = P.authors_against_printed(P.authors_table3(authors))
+    printed = recomputed.dropna(subset=["authors_csv"])
+    assert len(printed) == 24 and (printed.rho.round(2) == printed.authors_csv).all()
+    # the same ρ the slow way, for one cell: 1B without FRP, the FRAG gap
+    rows = authors[authors.scale.eq("1B") & authors.method.isin(["graddiff", "npo", "rmu", "sp"])]
+    assert len(rows) == 12
+    cell = recomputed.set_index(["scale", "subset", "predictor"]).loc[("1B", "w/o FRP", "frag_gap")]
+    assert cell.rho == pytest.approx(stats.spearmanr(rows.frag_gap, rows.delta_es).statistic)
+    # the pruning indicator is SP and FRP of any veto, never a gradient method
+    assert set(authors[authors.pruning.eq(1)].method) == {"sp", "frp_p0", "frp_p0.15", "frp_p0.05"}
+    assert set(authors.method) - set(authors[authors.pruning.eq(1)].method) <= set(analysis.AUTHORS_PREDICTOR) | {
+        "ga", "graddiff", "npo", "rmu"}
+
+
+def test_the_verdicts_say_what_the_intervals_say():
+    df = _frontier()
+    ranks = P.rank_table(df, n_boot=50)
+    partial = P.partial_table(df, ranks, n_boot=50)
+    best = {o: P.best_pre_attack(ranks, o) for o in P.OUTCOMES}
+    text = P.verdict(ranks, partial, best)
+    for outcome in P.OUTCOMES:
+        b = ranks[ranks.outcome.eq(outcome) & ranks.split.eq("both") & ranks.signal.eq(best[outcome])].iloc[0]
+        assert f"is the {b.words}; |ρ(FRAG)| minus its ρ is {b.frag_beats_by:+.2f}" in text
+        said = "FRAG ranks better" if b.frag_beats_low > 0 else "FRAG ranks worse" if b.frag_beats_high < 0 \
+            else "not resolved"
+        assert f"[{b.frag_beats_low:+.2f}, {b.frag_beats_high:+.2f}], {said}" in text
+    short = P.headline(ranks, best)
+    assert short.startswith("Before any attack, the ") and "against the second (" in short
