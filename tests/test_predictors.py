@@ -117,8 +117,8 @@ def test_the_views_for_the_eye_keep_each_signal_and_leave_out_what_has_no_value(
     pooled = P.pooled_view(ranks)
     assert len(pooled) == ranks[ranks.split.eq("both")].signal.nunique() and len(pooled.columns) <= 12
     frag = pooled[pooled.signal.eq("FRAG's gap")].iloc[0]
-    assert frag["|ρ FRAG| − |ρ|, ΔES"] == "—"  # not against itself
-    assert pooled[pooled.signal.eq("a pruning (1) or not")]["within (ΔES)"].iloc[0] == "—"  # constant in a method
+    assert frag["FRAG vs it, ΔES"] == "—"  # not against itself
+    assert pooled[pooled.signal.eq("a pruning (1) or not")]["within, ΔES"].iloc[0] == "—"  # constant in a method
     assert "forget set's authors" not in set(P.splits_view(ranks).signal)  # constant on each split
 
 
@@ -152,4 +152,5 @@ def test_the_verdicts_say_what_the_intervals_say():
             else "not resolved"
         assert f"[{b.frag_beats_low:+.2f}, {b.frag_beats_high:+.2f}], {said}" in text
     short = P.headline(ranks, best)
-    assert short.startswith("Before any attack, the ") and "against the second (" in short
+    d = ranks[ranks.outcome.eq("delta_es") & ranks.split.eq("both") & ranks.signal.eq(best["delta_es"])].iloc[0]
+    assert short.startswith(f"Before any attack, the {d.words} ranks ΔES at {d.rho:+.2f} [")

@@ -34,6 +34,7 @@ SIGNALS = {
 PRE_ATTACK = tuple(s for s, (family, _) in SIGNALS.items() if family == "evaluation")
 FRAG = "FRAG_x100"
 OUTCOMES = {"delta_es": "ΔES", "es_after": "forget ES after", "recovered": "share recovered"}
+SHORT = {"delta_es": "ΔES", "es_after": "ES after", "recovered": "share"}  # column headers of the views
 # what each pre-attack evaluation number is read from in a notebook-05 record's evaluation of the unlearned model
 EVALUATION = {"es": "es", "forget_probability": "forget_probability", "forget_rouge": "forget_rouge",
               "forget_truth_ratio": "forget_truth_ratio", "es_retain": "es_retain", "model_utility": "model_utility"}
@@ -225,12 +226,11 @@ def pooled_view(ranks: pd.DataFrame, split: str = "both") -> pd.DataFrame:
     by = {o: t[t.outcome.eq(o)].set_index("signal") for o in OUTCOMES}
     d = by["delta_es"]
     out = pd.DataFrame({"family": d.family, "signal": d.words,
-                        **{OUTCOMES[o]: _ci(by[o].reindex(d.index)) for o in OUTCOMES},
-                        "within (ΔES)": _ci(d, "within_rho", "within_low", "within_high"),
-                        **{f"|ρ FRAG| − |ρ|, {OUTCOMES[o]}": _ci(by[o].reindex(d.index), "frag_beats_by",
-                                                                "frag_beats_low", "frag_beats_high")
-                           for o in ("delta_es", "es_after")}})
-    out.loc[out.index == FRAG, [c for c in out if c.startswith("|ρ FRAG|")]] = "—"  # FRAG against itself
+                        **{SHORT[o]: _ci(by[o].reindex(d.index)) for o in OUTCOMES},
+                        "within, ΔES": _ci(d, "within_rho", "within_low", "within_high"),
+                        **{f"FRAG vs it, {SHORT[o]}": _ci(by[o].reindex(d.index), "frag_beats_by", "frag_beats_low",
+                                                          "frag_beats_high") for o in ("delta_es", "es_after")}})
+    out.loc[out.index == FRAG, [c for c in out if c.startswith("FRAG vs")]] = "—"  # FRAG against itself
     return out.reset_index(drop=True)
 
 
@@ -242,7 +242,7 @@ def splits_view(ranks: pd.DataFrame, discovery: str = "forget10") -> pd.DataFram
     for o in ("delta_es", "es_after"):
         for split in order:
             part = t[t.outcome.eq(o) & t.split.eq(split)].set_index("signal")
-            cols[f"{OUTCOMES[o]}, {split}"] = pd.Series(_ci(part), index=part.index)
+            cols[f"{SHORT[o]}, {split}"] = pd.Series(_ci(part), index=part.index)
     words = t.drop_duplicates("signal").set_index("signal").words
     return pd.DataFrame(cols).reindex(list(words.index)).rename(index=words).rename_axis("signal").reset_index()
 
@@ -295,8 +295,8 @@ def headline(ranks: pd.DataFrame, best: dict[str, str], split: str = "both") -> 
     d, a = t.loc[("delta_es", best["delta_es"])], t.loc[("es_after", best["es_after"])]
     return (f"Before any attack, the {d.words} ranks ΔES at {interval(d.rho, d.low, d.high)}, and the {a.words} "
             f"ranks the forget ES after the attack at {interval(a.rho, a.low, a.high)}. |ρ(FRAG)| − |ρ| is "
-            f"{interval(d.frag_beats_by, d.frag_beats_low, d.frag_beats_high)} against the first ({_said(d)}) and "
-            f"{interval(a.frag_beats_by, a.frag_beats_low, a.frag_beats_high)} against the second ({_said(a)}).")
+            f"{interval(d.frag_beats_by, d.frag_beats_low, d.frag_beats_high)} ({_said(d)}) and "
+            f"{interval(a.frag_beats_by, a.frag_beats_low, a.frag_beats_high)} ({_said(a)}).")
 
 
 def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], split: str = "both") -> str:
