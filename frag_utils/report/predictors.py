@@ -202,7 +202,7 @@ def authors_against_printed(recomputed: pd.DataFrame) -> pd.DataFrame:
 # -- notebook 09: the family of tables read from notebook 08's record ----------------------------------------
 RANKS = Table("predictors", {"rho": "+.2f", "within_rho": "+.2f"}, block=False, shown=(  # every row, for the CSV
     "outcome", "split", "family", "signal", "rho", "n", "methods", "within_rho", "between_rho", "frag_beats_by"),
-    labels={"frag_beats_by": "|ρ FRAG| − |ρ|"})
+    labels={"frag_beats_by": "FRAG vs it"})
 POOLED = Table("predictors_pooled")  # for the eye: both splits, a row per signal
 SPLITS = Table("predictors_splits")  # forget10 (discovery) beside forget05 (test)
 PARTIAL = Table("predictors_partial")
