@@ -12,6 +12,8 @@ FORCE ?=
 JOBS ?= 1
 GPUS ?=
 SNAKEMAKE_ARGS ?=
+# records (default): each job on the CPU kernel path of the records it extends; native: this CPU's own
+KERNELS ?= records
 export FRAG_PROGRESS ?= 0
 
 .PHONY: setup test lint test-package test-notebooks reproduce verify bench clean-scratch
@@ -47,7 +49,7 @@ test-notebooks: $(STAMP)
 
 # Snakemake's local executor runs the grid (workflow/Snakefile): it skips complete runs and makes first what a run reads
 reproduce: $(STAMP)
-	$(PY) -m frag_utils reproduce --profile $(PROFILE) --jobs $(JOBS) $(if $(GPUS),--gpus $(GPUS),) \
+	$(PY) -m frag_utils reproduce --profile $(PROFILE) --jobs $(JOBS) --kernels $(KERNELS) $(if $(GPUS),--gpus $(GPUS),) \
 	  $(if $(SELECT),--select $(SELECT),) $(if $(FORCE),--force,) $(if $(SNAKEMAKE_ARGS),-- $(SNAKEMAKE_ARGS),)
 
 # make verify RUN=02_target_and_gold/tiny: remake a recorded run (and what it reads) from an empty cache and print

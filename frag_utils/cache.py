@@ -58,20 +58,21 @@ def source_hash() -> str:
 KERNEL_CAPS = ("ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
 
 
-def kernels(environ: dict | None = None) -> dict:
+def kernels(environ: dict | None = None, capability: str | None = None) -> dict:
     """The kernel path that computes an artefact. On a machine without a usable CUDA device: torch's
     CPU kernel capability (``AVX512``, ``AVX2``, ...) and the caps of :data:`KERNEL_CAPS` (upper
     case, "" when unset). The smol target made with AVX2 kernels has forget ES 0.95 against 0.89
     with AVX-512's (docs/reproducibility.md), so two runs that differ here never stand in for each
     other's artefacts. On a CUDA machine: the GPU's name and the CUDA version, not the host CPU's
     (GPU nodes of one cluster with other host CPUs share a cache); a run forced onto the CPU there
-    is keyed as that GPU's."""
+    is keyed as that GPU's. ``environ`` and ``capability`` given: the path of a process started with them
+    (the runner plans a job on the records' path before the job's process exists)."""
     import torch
 
     if torch.cuda.is_available():
         return {"gpu": torch.cuda.get_device_name(0), "cuda": torch.version.cuda}
     environ = os.environ if environ is None else environ
-    return {"cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    return {"cpu_capability": capability or torch.backends.cpu.get_cpu_capability(),
             **{name: environ.get(name, "").upper() for name in KERNEL_CAPS}}
 
 
@@ -88,17 +89,18 @@ def model_identity(name_or_path: str | Path) -> str:
     return json.dumps([str(folder.resolve()), files])
 
 
-def key(kind: str, settings: dict, models: dict[str, str] | None = None) -> str:
+def key(kind: str, settings: dict, models: dict[str, str] | None = None, on: dict | None = None) -> str:
     """The cache key of an artefact.
 
     Args:
         kind: what it is (``target``, ``05_unlearn``, ``evaluation``, ``calibration``, ...).
         settings: every setting that determines it (JSON-able; data content as a digest).
         models: role -> name or path of each model it is made from.
+        on: the kernel path (:func:`kernels`) of the process that makes it; default this one's.
     Returns:
         A sha256 hex digest.
     """
-    payload = {"kind": kind, "settings": settings, "source": source_hash(), "kernels": kernels(),
+    payload = {"kind": kind, "settings": settings, "source": source_hash(), "kernels": on or kernels(),
                "models": {role: model_identity(m) for role, m in sorted((models or {}).items())}}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()
 
@@ -114,14 +116,15 @@ def _record(folder: Path) -> dict:
     return load_record(folder) or {}
 
 
-def is_current(folder: str | Path) -> bool:
+def is_current(folder: str | Path, on: dict | None = None) -> bool:
     """Whether ``folder`` holds a complete checkpoint whose key, computed again now (this code, the
-    models it was made from as they are now), is the one it was saved under."""
+    models it was made from as they are now, the kernel path ``on``, default this process's), is the one
+    it was saved under."""
     from .models import is_checkpoint
 
     record = _record(Path(folder)) if is_checkpoint(folder) else {}
     made = record.get("cache")
-    return bool(made) and key(made["kind"], made["settings"], made["models"]) == record.get("cache_key")
+    return bool(made) and key(made["kind"], made["settings"], made["models"], on) == record.get("cache_key")
 
 
 def work_dir(folder: str | Path, artefact_key: str) -> Path:

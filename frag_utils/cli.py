@@ -176,7 +176,8 @@ def _run(args: argparse.Namespace) -> None:
     universe = runs.dependency_grid(specs)
     for spec in specs:  # a run reading from one nothing can make is refused before Snakemake starts
         runs.needed_runs(spec, universe)
-    workflow({"force": int(args.force)}, specs, jobs=args.jobs, gpus=args.gpus, extra=args.snakemake)
+    workflow({"force": int(args.force), "kernels": args.kernels}, specs, jobs=args.jobs, gpus=args.gpus,
+             extra=args.snakemake)
     print(f"record: {runs.repo_relative(specs[0].out_dir)}/" if len(specs) == 1 else
           f"records: {runs.repo_relative(paths.RUNS_DIR / specs[0].notebook.stem)}/<run>/ for the {len(specs)} "
           f"runs of {args.file or args.notebook}", flush=True)
@@ -185,8 +186,8 @@ def _run(args: argparse.Namespace) -> None:
 def _reproduce(args: argparse.Namespace) -> None:
     from . import paths, runs
 
-    workflow({"profile": args.profile, "select": args.select, "force": int(args.force)}, jobs=args.jobs,
-             gpus=args.gpus, extra=args.snakemake)
+    workflow({"profile": args.profile, "select": args.select, "force": int(args.force), "kernels": args.kernels},
+             jobs=args.jobs, gpus=args.gpus, extra=args.snakemake)
     print(f"records: {runs.repo_relative(paths.RUNS_DIR)}/<notebook>/{args.profile}*/; tables and figures: "
           f"{runs.repo_relative(paths.FIGURES_DIR / args.profile)}/ (collected by notebook 09_figures)", flush=True)
 
@@ -373,6 +374,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         command.add_argument("--jobs", type=_positive_int, default=1,
                              help="runs side by side, each with its share of FRAG_THREADS (default 1)")
         command.add_argument("--gpus", type=int, default=0, help="GPUs on this machine: one run on each")
+        command.add_argument("--kernels", default="records", choices=("records", "native"),
+                             help="records (default): each job on the CPU kernel path of the records it extends "
+                                  "(AVX2 caps on an AVX-512 CPU where they are AVX2); native: this CPU's own")
         command.set_defaults(snakemake=[])  # what follows "--": snakemake's own options (main)
 
     run = sub.add_parser("run", help="run one notebook through papermill, parameters checked (through Snakemake, "
@@ -406,6 +410,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                                    "(target, gold or target+gold), without running the notebook")
     one.add_argument("--gpus", type=int, default=0, help="take one of this machine's N GPUs")
     one.add_argument("--stamp", default=None, help="write the run's log entry (JSON) there when it ends")
+    one.add_argument("--kernels", default=None, metavar="PATH",
+                     help="the CPU kernel path to compute on (AVX2, AVX512, ...: the plan's); its caps are set "
+                          "before torch loads (frag_utils.kernel_paths). Default: as the environment stands")
     one.set_defaults(func=_run_one)
     return parser
 
@@ -416,6 +423,21 @@ def _model_errors() -> tuple:
     return (models.ModelLoadError,) if models else ()
 
 
+def _on_kernel_path(path: str, argv: list[str]) -> None:
+    """Start this command again with the caps of kernel ``path`` (and no other cap) where the environment does not
+    hold exactly them: they act when torch loads, which this process may have done already."""
+    import os
+
+    from . import kernel_paths
+
+    caps = kernel_paths.CAPS.get(path, {})
+    if kernel_paths.applied(caps):
+        return
+    env = kernel_paths.environment(caps)
+    sys.stdout.flush()
+    os.execve(sys.executable, [sys.executable, "-m", __package__, *argv], env)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
@@ -423,6 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     if extra and getattr(args, "snakemake", None) is None:
         build_parser().error(f"options after -- go to snakemake: frag run or frag reproduce only, not {args.command}")
     args.snakemake = extra
+    if getattr(args, "kernels", None) and args.command == "run-one":
+        _on_kernel_path(args.kernels, argv)
     try:
         out = args.func(args)
     except (DataError, RunError, ValueError, *_model_errors()) as err:  # FragError, CalibrationError too

@@ -92,11 +92,14 @@ def compare(recorded_file: Path, remade_file: Path, tolerance: dict[str, tuple[f
     Returns:
         ``verdict`` (``bit-identical``: every number and weight hash equal; ``within tolerance``;
         ``outside tolerance``), ``rows`` (per judged number: ``metric``, ``recorded``, ``remade``,
-        ``drift``, ``tolerance``, ``ok``) and ``weights`` (role -> ``identical`` or ``other bits``).
+        ``drift``, ``tolerance``, ``ok``), ``weights`` (role -> ``identical`` or ``other bits``) and ``kernels``
+        (the kernel paths that made the record and the remake).
     """
     tolerance = load_tolerance() if tolerance is None else tolerance
-    recorded = json.loads(Path(recorded_file).read_text())["results"]
-    remade = json.loads(Path(remade_file).read_text())["results"]
+    from .kernel_paths import of_records
+
+    both = [json.loads(Path(f).read_text()) for f in (recorded_file, remade_file)]
+    recorded, remade = (r["results"] for r in both)
     ours, theirs = _numbers(recorded), _numbers(remade)
     rows = [row for path in sorted(set(ours) & set(theirs))
             if (row := _judged(path, ours[path], theirs[path], abs(theirs[path] - ours[path]), tolerance))]
@@ -105,13 +108,18 @@ def compare(recorded_file: Path, remade_file: Path, tolerance: dict[str, tuple[f
                for k in sorted(set(hashes[0]) | set(hashes[1]))}
     verdict = ("bit-identical" if not record_differences(recorded, remade) else
                "within tolerance" if all(r["ok"] for r in rows) else "outside tolerance")
-    return {"verdict": verdict, "rows": rows, "weights": weights}
+    kernels = [", ".join(sorted(of_records([r]))) or "?" for r in both]  # the paths that made each
+    return {"verdict": verdict, "rows": rows, "weights": weights, "kernels": kernels}
 
 
 def format_report(run: str, report: dict) -> str:
     """The drift table of one run, as the runner and ``make verify`` print it."""
     relation = "to" if report["verdict"] == "bit-identical" else "of"
-    lines = [f"{run}: remade, {report['verdict']} {relation} its record (tolerances: papermill_runs/tolerance.yaml)"]
+    kernels = report.get("kernels")
+    on = (f"kernels: {kernels[0]}, as the record; " if kernels and kernels[0] == kernels[1] else
+          f"kernels: the record's {kernels[0]}, this remake's {kernels[1]}; " if kernels else "")
+    lines = [f"{run}: remade, {report['verdict']} {relation} its record "
+             f"({on}tolerances: papermill_runs/tolerance.yaml)"]
     if report["verdict"] != "bit-identical":
         lines.append(f"  {'metric':<44} {'recorded':>10} {'remade':>10} {'drift':>9} {'tolerance':>9}")
         for r in report["rows"]:

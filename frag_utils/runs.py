@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import drift, numerics, parameters, paths
+from . import drift, kernel_paths, numerics, parameters, paths
 from .parameters import RunError
 
 KERNEL = "frag"
@@ -459,11 +459,38 @@ def remake_models(spec: RunSpec, roles: tuple[str, ...], reason: str) -> dict:
                        f"({_made(record['results'], spec.notebook.stem, roles)}); remake the run whole: "
                        f"frag run-one {run} --remake.")
     print(f"{run}: made its {' and '.join(roles)} only ({time.time() - start:.0f} s; {reason})", flush=True)
+    here, theirs = kernel_paths.current(), kernel_paths.of_records([record])
+    if theirs and here not in theirs:  # judged by the records on this path that read it, not by notebook 02's
+        readers = read_by(made, here)
+        same = {role: bool(readers.get(role)) for role in made}
+        for role, equal in same.items():
+            print(f"  {role}: made on the {here} kernel path, its record on {', '.join(sorted(theirs))}: " + (
+                f"the weights the {here} records read, bit for bit ({len(readers[role])} records, e.g. "
+                f"{readers[role][0]})" if equal else f"not the weights any {here} record read (other code, kernels "
+                "or threads): the drift tables of the runs that read it say how far that moves them"), flush=True)
+        return {"verdict": "bit-identical" if all(same.values()) else "other weights"}
     same = {role: sha == record["results"].get("checkpoint_sha256", {}).get(role) for role, sha in made.items()}
     for role, equal in same.items():
         print(f"  {role}: " + ("the recorded weights, bit for bit" if equal else "not the recorded weights (other "
               f"code, kernels or threads): make verify RUN={run} prints the drift of their evaluations"), flush=True)
     return {"verdict": "bit-identical" if all(same.values()) else "other weights"}
+
+
+def read_by(made: dict[str, str | None], path: str) -> dict[str, list[str]]:
+    """Per role of ``made`` (``{role: weights sha256}``), the notebook-05 records made on kernel ``path`` whose
+    original (the target) or gold model has those weights: the records a notebook-02 model made alone is judged by."""
+    found: dict[str, list[str]] = {role: [] for role in made}
+    for f in sorted((paths.RUNS_DIR / "05_unlearn").glob(f"*/{paths.RESULTS_FILE}")):
+        rec = json.loads(f.read_text())
+        if path in kernel_paths.of_records([rec]):
+            shas = rec["results"].get("checkpoint_sha256", {})
+            # a gold run (method gold) copies notebook 02's gold model as its "unlearned" one
+            held = {"target": shas.get("original"), "gold": shas.get("unlearned") if rec["results"].get(
+                "method") == "gold" else None}
+            for role, sha in made.items():
+                if sha and held.get(role) == sha:
+                    found[role].append(f"05_unlearn/{f.parent.name}")
+    return found
 
 
 def train_models(params: dict, roles: tuple[str, ...]) -> dict[str, str | None]:
@@ -484,6 +511,7 @@ class Job:
     needs: tuple[str, ...] = ()
     reason: str = ""
     roles: tuple[str, ...] | None = None  # a remake of notebook 02 that makes only these models
+    kernels: kernel_paths.Choice | None = None  # the path it computes on: that of the records it extends
 
     @property
     def key(self) -> str:
@@ -491,13 +519,33 @@ class Job:
         return f"{'remade/' if self.remake else ''}{self.spec.notebook.stem}/{self.spec.name}{only}"
 
 
-def plan(chosen: list[RunSpec], universe: list[RunSpec], force: bool = False) -> list[Job]:
+def extends(spec: RunSpec, universe: list[RunSpec]) -> list[dict]:
+    """The records a run extends, whose kernel path it computes on (:mod:`frag_utils.kernel_paths`): its own where
+    recorded; else those of its parameter file's other runs (its name's part before ``__``) where they name a path;
+    else those of the runs it reads."""
+    def read(folder: Path) -> list[dict]:
+        f = folder / paths.RESULTS_FILE
+        return [json.loads(f.read_text())] if f.is_file() else []
+
+    own = read(spec.out_dir)
+    if own or spec.notebook.stem in COLLECTORS:
+        return own
+    folder, tag = paths.RUNS_DIR / spec.notebook.stem, spec.name.split("__")[0]
+    siblings = [r for d in sorted(folder.glob(f"{tag}__*")) if d.name != spec.name for r in read(d)]
+    if kernel_paths.of_records(siblings):
+        return siblings
+    return [r for dep, _ in needed_runs(spec, universe) for r in read(dep.out_dir)]
+
+
+def plan(chosen: list[RunSpec], universe: list[RunSpec], force: bool = False, kernels: str = "records") -> list[Job]:
     """The jobs that bring ``chosen`` up to date, each after those it ``needs`` (the DAG that
     ``workflow/Snakefile`` hands to Snakemake). A chosen run is a job when not complete
     (:meth:`RunSpec.is_complete`) or ``force``; a collector also when what it reads changed
     (:func:`collector_inputs`) or another run of its profile is a job. A run a job reads
     (:func:`needed_runs`, in ``universe``) is a job before it when unrecorded, a remake
     (:func:`remake`) when its checkpoint is not current in the cache; a committed record stays.
+    Each job computes on the kernel path of the records its chosen run extends (:func:`extends`;
+    ``kernels="native"``: this CPU's own), and so do the jobs that make what it reads.
 
     Raises:
         RunError: a run reads from one nothing can make.
@@ -506,40 +554,43 @@ def plan(chosen: list[RunSpec], universe: list[RunSpec], force: bool = False) ->
 
     jobs: dict[str, Job] = {}
     made_by: dict[Path, str] = {}  # checkpoint -> the job that makes it
-    current: dict[Path, bool] = {}
+    current: dict[tuple[Path, str], bool] = {}  # (checkpoint, kernel path) -> current there
 
-    def require(dep: RunSpec, reads: tuple[str, ...] | None, why: str) -> list[str]:
+    def require(dep: RunSpec, reads: tuple[str, ...] | None, why: str, path: kernel_paths.Choice) -> list[str]:
         """The jobs that make what a reader reads of ``dep`` (:func:`needed_runs`), made jobs here."""
         key = f"{dep.notebook.stem}/{dep.name}"
         if key in jobs:  # run in full: it makes everything it made
             return [key]
         if not dep.is_complete():
-            jobs[key] = Job(dep, needs=needs(dep), reason=f"unrecorded, {why}")
+            jobs[key] = Job(dep, needs=needs(dep, path), reason=f"unrecorded, {why}", kernels=path)
             return [key]
         made_all = _made(_results(dep), dep.notebook.stem)  # the record read once
         made = {r: c for r, c in made_all.items() if reads is None or r in reads}
-        current.update({c: cache.is_current(c) for c in made.values() if c not in current})
-        stale = {r: c for r, c in made.items() if not current[c]}
+        on = cache.kernels(kernel_paths.environment(path.caps), path.path if path.caps else None)
+        current.update({(c, path.path): cache.is_current(c, on) for c in made.values()
+                        if (c, path.path) not in current})
+        stale = {r: c for r, c in made.items() if not current[(c, path.path)]}
         keys = []
         for d, _ in needed_runs(dep, universe) if stale else ():
             # a checkpoint that a run it reads made (a gold run's model is notebook 02's gold): made there
             theirs = d.is_complete() and [r for r, c in _made(_results(d), d.notebook.stem).items()
                                           if c in stale.values()]
-            keys += require(d, tuple(theirs), why) if theirs else []
+            keys += require(d, tuple(theirs), why, path) if theirs else []
         keys += sorted({made_by[c] for c in stale.values() if c in made_by})
         todo = {r: c for r, c in stale.items() if c not in made_by}
         if not todo:
             return keys
         every = dep.notebook.stem != "02_target_and_gold" or todo.keys() == made_all.keys()
-        job = Job(dep, True, needs=needs(dep), roles=None if every else tuple(sorted(todo)),
-                  reason=f"its checkpoint is not in the cache, or other code made it; {why}")
+        job = Job(dep, True, needs=needs(dep, path), roles=None if every else tuple(sorted(todo)),
+                  reason=f"its checkpoint is not in the cache, or other code made it; {why}", kernels=path)
         jobs[job.key] = job
         made_by.update(dict.fromkeys(todo.values(), job.key))
         return [*keys, job.key]
 
-    def needs(spec: RunSpec) -> tuple[str, ...]:
+    def needs(spec: RunSpec, path: kernel_paths.Choice) -> tuple[str, ...]:
         why = f"needed by {spec.notebook.stem}/{spec.name}"
-        return tuple(dict.fromkeys(k for dep, reads in needed_runs(spec, universe) for k in require(dep, reads, why)))
+        return tuple(dict.fromkeys(k for dep, reads in needed_runs(spec, universe)
+                                   for k in require(dep, reads, why, path)))
 
     for spec in chosen:
         key, collector = f"{spec.notebook.stem}/{spec.name}", spec.notebook.stem in COLLECTORS
@@ -547,7 +598,8 @@ def plan(chosen: list[RunSpec], universe: list[RunSpec], force: bool = False) ->
                        and j.spec.params.get("profile") == spec.params.get("profile"))
         if key not in jobs and (force or others or not spec.is_complete()):
             why = "forced" if force else "what it collects changed" if collector else "unrecorded or parameters changed"
-            jobs[key] = Job(spec, force=force, needs=(*needs(spec), *others), reason=why)
+            path = kernel_paths.choose(kernel_paths.of_records(extends(spec, universe)), kernels)
+            jobs[key] = Job(spec, force=force, needs=(*needs(spec, path), *others), reason=why, kernels=path)
     return list(jobs.values())
 
 
@@ -598,5 +650,8 @@ def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
     cache = (contextlib.nullcontext(str(workdir)) if workdir else
              tempfile.TemporaryDirectory(prefix="frag-verify-", ignore_cleanup_errors=True))
     # empty of what it remakes: the embedded model's converted copy (the same in every cache) stays shared
-    with cache as root, environment(FRAG_CACHE_DIR=root, FRAG_MODELS_DIR=str(paths.models_dir())):
+    # on the run's own kernel path where this CPU takes it: its notebooks' kernels start with the caps
+    path = kernel_paths.choose(kernel_paths.of_records([json.loads((spec.out_dir / paths.RESULTS_FILE).read_text())]))
+    print(f"{run}: {path.line}", flush=True)
+    with cache as root, environment(FRAG_CACHE_DIR=root, FRAG_MODELS_DIR=str(paths.models_dir()), **path.caps):
         return [{"run": f"{s.notebook.stem}/{s.name}", **remake(s, "make verify")} for s in chain]  # kernels too

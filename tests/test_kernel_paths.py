@@ -13,29 +13,21 @@ import sys
 
 import pytest
 
-from frag_utils import cache, paths
+from frag_utils import cache, kernel_paths, paths
 from frag_utils.records import cpu_description
 
 # name -> (the CPU flag that must be present for the path to be another than the native one, its caps)
 KERNEL_PATHS = {
     "avx512_bf16": ("amx_bf16", {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"}),  # a Zen 4's bf16 kernels, no AMX
-    "avx2": ("avx512f", {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2",
-                         "MKL_ENABLE_INSTRUCTIONS": "AVX2"}),  # a Zen 3's: the AVX2 caps of the records
+    "avx2": ("avx512f", kernel_paths.CAPS["AVX2"]),  # a Zen 3's: the AVX2 caps the runner gives the records' path
 }
 
 
-def path_environment(caps: dict[str, str], environ: dict | None = None) -> dict[str, str]:
-    """``environ`` (default ``os.environ``) with every kernel cap it sets replaced by ``caps``."""
-    environ = dict(os.environ if environ is None else environ)
-    for name in (*cache.KERNEL_CAPS, "ATEN_CPU_CAPABILITY"):
-        environ.pop(name, None)
-    return {**environ, **caps}
-
-
-def test_path_environment_replaces_every_cap():
-    env = path_environment({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"},
-                           {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "HOME": "/h"})
+def test_the_environment_replaces_every_cap_and_names_them_all():
+    env = kernel_paths.environment({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16"},
+                                   {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2", "HOME": "/h"})
     assert env == {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_BF16", "HOME": "/h"}
+    assert set(cache.KERNEL_CAPS) < set(kernel_paths.ALL_CAPS)  # every cap the cache keys on is replaced
 
 
 @pytest.mark.parametrize("name", sorted(KERNEL_PATHS))
@@ -43,9 +35,86 @@ def test_kernel_sensitive_tests_hold_on_another_kernel_path(name):
     flag, caps = KERNEL_PATHS[name]
     if flag not in cpu_description().get("cpu_flags", []):
         pytest.skip(f"this CPU has no {flag}: the {name} path is its own, and the suite ran it")
-    env = path_environment({**caps, "FRAG_THREADS": "1"})
+    env = kernel_paths.environment({**caps, "FRAG_THREADS": "1"})
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "kernel_paths",
                            "tests/"], cwd=paths.REPO_ROOT, env=env, capture_output=True, text=True, timeout=1200)
     tail = "\n".join(done.stdout.splitlines()[-30:])
     assert done.returncode == 0, f"the kernel_paths tests fail on the {name} path ({caps}):\n{tail}"
     assert " passed" in done.stdout.splitlines()[-1], tail
+
+
+AVX512_FLAGS = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512dq"}
+
+
+def test_this_cpus_path_is_read_from_its_flags_without_torch():
+    assert kernel_paths.native(AVX512_FLAGS, "x86_64") == "AVX512"
+    assert kernel_paths.native({"avx2", "fma", "sse4_2"}, "x86_64") == "AVX2"
+    assert kernel_paths.native({"sse4_2"}, "x86_64") == "DEFAULT"
+    assert kernel_paths.native(set(), "aarch64") == "AARCH64"
+    assert kernel_paths.cpu_flags("processor : 0\nflags\t\t: fpu avx2 fma\n") == {"fpu", "avx2", "fma"}
+
+
+def test_a_job_takes_the_records_path_where_this_cpu_can_and_says_why_where_it_cannot():
+    capped = kernel_paths.choose({"AVX2"}, here="AVX512")
+    assert capped.path == "AVX2" and capped.caps == kernel_paths.CAPS["AVX2"]
+    assert capped.line.startswith("kernels: AVX2, as the records")
+    same = kernel_paths.choose({"AVX2"}, here="AVX2")  # a Zen 3: its own path is the records'
+    assert (same.path, same.caps, same.line) == ("AVX2", {}, "kernels: AVX2, as the records")
+    for wanted, here in (({"AVX512"}, "AVX2"), ({"AVX2"}, "AARCH64")):  # a path this CPU cannot take: its own
+        refused = kernel_paths.choose(wanted, here=here)
+        (theirs,) = wanted
+        assert (refused.path, refused.caps) == (here, {})
+        assert f"the records' {theirs} path is not available here" in refused.line and here in refused.line
+    assert kernel_paths.choose({"AVX2"}, "native", here="AVX512").caps == {}  # --kernels native
+    assert "several paths: AVX2, AVX512" in kernel_paths.choose({"AVX2", "AVX512"}, here="AVX512").line
+    assert kernel_paths.choose(set(), here="AVX512").caps == {}
+    with pytest.raises(ValueError, match="--kernels must be one of"):
+        kernel_paths.choose({"AVX2"}, "fastest")
+
+
+def test_the_records_path_is_read_from_their_provenance_on_the_cpu_only():
+    def rec(capability, device="cpu"):
+        return {"provenance": {"environment": {"cpu_capability": capability, "device": device}}}
+
+    assert kernel_paths.of_records([rec("AVX2"), rec("avx2")]) == {"AVX2"}
+    assert kernel_paths.of_records([rec("AVX512", "cuda"), {"provenance": {}}]) == set()
+
+
+def test_a_process_started_on_a_path_knows_it():
+    assert kernel_paths.applied({}, {"HOME": "/h"}) and not kernel_paths.applied({}, kernel_paths.CAPS["AVX2"])
+    assert kernel_paths.current(dict(kernel_paths.CAPS["AVX2"])) == "AVX2"
+    assert not kernel_paths.applied(kernel_paths.CAPS["AVX2"], {**kernel_paths.CAPS["AVX2"], "MKL_CBWR": "AVX2"})
+
+
+def test_run_one_starts_again_with_the_caps_of_its_path_and_only_then(monkeypatch):
+    from frag_utils import cli
+
+    started = []
+    monkeypatch.setattr(os, "execve", lambda exe, argv, env: started.append((argv, env)))
+    for cap in kernel_paths.ALL_CAPS:
+        monkeypatch.delenv(cap, raising=False)
+    monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")  # a cap of the shell's, not of the path: removed
+    cli._on_kernel_path("AVX2", ["run-one", "06_attacks/x", "--kernels", "AVX2"])
+    ((argv, env),) = started
+    assert argv[1:] == ["-m", "frag_utils", "run-one", "06_attacks/x", "--kernels", "AVX2"]
+    assert kernel_paths.applied(kernel_paths.CAPS["AVX2"], env) and env["HOME"] == os.environ["HOME"]
+    for name, value in kernel_paths.CAPS["AVX2"].items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("MKL_CBWR")
+    cli._on_kernel_path("AVX2", ["run-one", "06_attacks/x"])  # already on it: no second start
+    assert len(started) == 1
+    cli._on_kernel_path("AVX512", ["run-one", "06_attacks/x"])  # a path without caps: the caps go
+    assert len(started) == 2 and kernel_paths.applied({}, started[-1][1])
+
+
+def test_the_drift_table_names_the_path_of_the_record_and_of_the_remake():
+    from frag_utils import drift
+
+    row = {"metric": "/evaluation/unlearned/es", "recorded": 0.5, "remade": 0.51, "drift": 0.01, "tolerance": 0.04,
+           "ok": True}
+    report = {"verdict": "within tolerance", "rows": [row], "weights": {}, "kernels": ["AVX2", "AVX512"]}
+    header = drift.format_report("05_unlearn/x", report).splitlines()[0]
+    assert "kernels: the record's AVX2, this remake's AVX512" in header
+    assert drift.rejudge(drift.format_report("05_unlearn/x", report), "05_unlearn/x")["verdict"] == "within tolerance"
+    same = drift.format_report("05_unlearn/x", {**report, "kernels": ["AVX2", "AVX2"]})
+    assert "kernels: AVX2, as the record;" in same

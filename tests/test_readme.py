@@ -103,22 +103,18 @@ def test_readme_counts_the_attacks_not_yet_recorded_as_the_runner_does():
         f"README says {wanted} attacks unrecorded; the records leave {len(missing)}: {missing[:3]}")
 
 
-def test_readme_rerun_recipe_sets_the_kernel_path_of_the_records_it_reads():
-    """The README's rerun recipe plans one run, and the kernel caps it exports are those of the unlearned
-    checkpoint's record it reads: with them its remake lands within tolerance on every x86 CPU measured
-    (docs/reproducibility.md); without them an AVX-512 CPU would remake that checkpoint from another target."""
+def test_readme_rerun_recipe_plans_its_jobs_on_the_kernel_path_of_the_records_it_reads(monkeypatch):
+    """The README's rerun recipe, typed in a new shell (no kernel cap set), plans one new run, and every job of it on
+    the path of the unlearned checkpoint's record: the AVX2 caps on an AVX-512 CPU (with them its remake lands within
+    tolerance on every x86 CPU measured, docs/reproducibility.md), none on an AVX2 CPU, whose own path it is."""
     import shlex
 
-    from frag_utils import parameters, runs
-    from frag_utils.records import cpu_description
-
-    from test_kernel_paths import KERNEL_PATHS
+    from frag_utils import kernel_paths, parameters, runs
 
     text = paths.REPO_ROOT.joinpath("README.md").read_text()
     block = re.search(r"\*\*Rerun one notebook.*?```bash\n(.*?)```", text, re.S).group(1)
-    export = next((line for line in block.splitlines() if line.startswith("export ")), "export")
-    caps = dict(word.split("=", 1) for word in shlex.split(export.split("#")[0])[1:])
-    args = shlex.split(next(line for line in block.splitlines() if "frag run " in line))
+    assert "export " not in block and "CAPABILITY" not in block  # the runner takes the path, not the reader
+    args = shlex.split(next(line for line in block.splitlines() if "frag run " in line).split("#")[0])
     assert args[:2] == [".venv/bin/frag", "run"]
     notebook, file = args[2], args[args.index("-f") + 1]
     overrides = {args[i + 1]: parameters.parse_cli_value(args[i + 2]) for i, a in enumerate(args) if a == "-p"}
@@ -133,6 +129,12 @@ def test_readme_rerun_recipe_sets_the_kernel_path_of_the_records_it_reads():
     unlearned = [dep for dep, _ in runs.needed_runs(chosen[0], runs.grid("smol")) if dep.notebook.stem == "05_unlearn"]
     assert len(unlearned) == 1 and unlearned[0].is_complete()
     recorded = json.loads((unlearned[0].out_dir / paths.RESULTS_FILE).read_text())["provenance"]["environment"]
-    assert recorded["cpu_capability"] == caps.get("ATEN_CPU_CAPABILITY", cpu_description()["cpu_capability"]).upper()
-    if recorded["cpu_capability"] == "AVX2":  # the three caps together give an AVX-512 CPU the AVX2 path
-        assert caps == KERNEL_PATHS["avx2"][1]
+    assert recorded["cpu_capability"] == "AVX2"
+    for cap in kernel_paths.ALL_CAPS:
+        monkeypatch.delenv(cap, raising=False)
+    universe = runs.dependency_grid(chosen)
+    for here, caps in (("AVX512", kernel_paths.CAPS["AVX2"]), ("AVX2", {})):
+        monkeypatch.setattr(kernel_paths, "native", lambda *a, here=here, **k: here)
+        jobs = runs.plan(chosen, universe)
+        assert jobs and all(j.kernels.path == "AVX2" and j.kernels.caps == caps for j in jobs), here
+        assert f"06_attacks/{chosen[0].name}" in [j.key for j in jobs]

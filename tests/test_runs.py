@@ -1,5 +1,6 @@
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -681,3 +682,47 @@ def test_notebook_08_is_collected_before_notebook_09_which_reads_its_record(fake
     record_08.write_text(record_08.read_text() + " ")
     assert runs.collector_inputs(spec_08) == before_08 and runs.collector_inputs(spec_09) != before_09
     assert _keys(_make()) == ["09_figures/t"]
+
+
+def test_each_job_computes_on_the_kernel_path_of_the_records_its_run_extends(fake_grid, tmp_path, monkeypatch):
+    """A new attack of an AVX2 record, on an AVX-512 CPU with an empty cache: the attack, the unlearned model's
+    remake and the target's (made for it) all carry the AVX2 caps; --kernels native gives none; the records of a
+    run's own file count before those it reads."""
+    from frag_utils import kernel_paths
+
+    _make()
+    npo = paths.RUNS_DIR / "05_unlearn" / "t__method=npo" / paths.RESULTS_FILE
+    rec = json.loads(npo.read_text())
+    npo.write_text(json.dumps({**rec, "provenance": {**rec["provenance"], "environment": {"cpu_capability": "AVX2"}}}))
+    shutil.rmtree(tmp_path / "cache")
+    monkeypatch.setattr(kernel_paths, "native", lambda *a, **k: "AVX512")
+    (new,) = runs.plan_run("06_attacks", None, {"profile": "t", "unlearned_run": "t__method=npo", "lr": 3e-4})
+    assert runs.extends(new, runs.dependency_grid([new])) == [json.loads(npo.read_text())]  # no file: what it reads
+    jobs = runs.plan([new], runs.dependency_grid([new]))
+    assert [j.key for j in jobs] == ["remade/02_target_and_gold/t@target", "remade/05_unlearn/t__method=npo",
+                                     f"06_attacks/{new.name}"]
+    assert all(j.kernels.caps == kernel_paths.CAPS["AVX2"] and j.kernels.path == "AVX2" for j in jobs)
+    assert all(j.kernels.caps == {} for j in runs.plan([new], runs.dependency_grid([new]), kernels="native"))
+    # a run of a parameter file extends its file's records: the 06 file's attack of the gold model, made on AVX512
+    gold_attack = next((paths.RUNS_DIR / "06_attacks").glob("t__unlearned_run=t__method=gold*")) / paths.RESULTS_FILE
+    rec = json.loads(gold_attack.read_text())
+    gold_attack.write_text(json.dumps({**rec, "provenance": {**rec["provenance"],
+                                                              "environment": {"cpu_capability": "AVX512"}}}))
+    sibling = runs.RunSpec(new.notebook, new.params, "t__unlearned_run=t__method=npo__lr=0.0003")
+    assert kernel_paths.of_records(runs.extends(sibling, runs.grid("t"))) == {"AVX512"}
+
+
+def test_a_target_made_on_another_path_than_its_record_is_judged_by_the_records_on_its_path(fake_grid):
+    """Notebook 02's record was made on AVX512; the target remade on AVX2 for the AVX2 records is compared with the
+    weights those records read, not with notebook 02's."""
+
+    for i, (name, sha, capability) in enumerate((("a", "s1", "AVX2"), ("b", "s1", "AVX2"), ("c", "s2", "AVX512"))):
+        folder = paths.RUNS_DIR / "05_unlearn" / f"t.frontier__m={name}"
+        folder.mkdir(parents=True)
+        (folder / paths.RESULTS_FILE).write_text(json.dumps({
+            "provenance": {"environment": {"cpu_capability": capability}},
+            "results": {"method": "npo", "checkpoint_sha256": {"original": sha, "unlearned": f"u{i}"}}}))
+    assert runs.read_by({"target": "s1"}, "AVX2") == {"target": ["05_unlearn/t.frontier__m=a",
+                                                                 "05_unlearn/t.frontier__m=b"]}
+    assert runs.read_by({"target": "s2"}, "AVX2") == {"target": []}
+    assert runs.read_by({"target": "s2"}, "AVX512") == {"target": ["05_unlearn/t.frontier__m=c"]}
