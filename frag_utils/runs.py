@@ -359,7 +359,7 @@ def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, t
     """``(notebook, run name, reads)`` of every run ``spec`` reads from: the profile's notebook-02 run
     for a run on ``profile-target`` (its ``target``) or a gold run on ``profile-gold`` (its ``gold``), the
     named notebook-05 runs of notebooks 06 and 07 (``None``: every checkpoint), the run a matched-norm
-    run matches (``()``: its record only)."""
+    run matches and a collector's earlier collectors of its profile (``()``: their record only)."""
     nb, p = spec.notebook.stem, spec.params
     makers = [s for s in specs if s.notebook.stem == "02_target_and_gold" and s.params["profile"] == p.get("profile")]
     names = []
@@ -378,6 +378,9 @@ def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, t
         names.append(("05_unlearn", p["unlearned_run"], None))
     if nb == "07_ablations" and p.get("unlearned_runs") not in (None, "", "all"):
         names += [("05_unlearn", n.strip(), None) for n in p["unlearned_runs"].split(",") if n.strip()]
+    if nb in COLLECTORS:  # notebook 09 reads notebook 08's record of its profile: made first where not current
+        names += [(s.notebook.stem, s.name, ()) for s in specs if s.notebook.stem in COLLECTORS
+                  and s.notebook.stem < nb and s.params.get("profile") == p.get("profile")]
     return names
 
 

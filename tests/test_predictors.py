@@ -118,8 +118,8 @@ def test_the_views_for_the_eye_keep_each_signal_and_leave_out_what_has_no_value(
     assert len(pooled) == ranks[ranks.split.eq("both")].signal.nunique() and len(pooled.columns) <= 12
     frag = pooled[pooled.signal.eq("FRAG's gap")].iloc[0]
     assert frag["FRAG vs it, ΔES"] == "—"  # not against itself
-    assert pooled[pooled.signal.eq("a pruning (1) or not")]["within, ΔES"].iloc[0] == "—"  # constant in a method
-    assert "forget set's authors" not in set(P.splits_view(ranks).signal)  # constant on each split
+    assert pooled[pooled.signal.eq("pruning (vs gradient)")]["within, ΔES"].iloc[0] == "—"  # constant in a method
+    assert "forget-set size (authors)" not in set(P.splits_view(ranks).signal)  # constant on each split
 
 
 def test_the_authors_rows_give_their_printed_table3_to_two_decimals():
@@ -147,10 +147,24 @@ def test_the_verdicts_say_what_the_intervals_say():
     text = P.verdict(ranks, partial, best)
     for outcome in P.OUTCOMES:
         b = ranks[ranks.outcome.eq(outcome) & ranks.split.eq("both") & ranks.signal.eq(best[outcome])].iloc[0]
-        assert f"is the {b.words}; |ρ(FRAG)| minus its ρ is {b.frag_beats_by:+.2f}" in text
+        assert f"is the {b.words}; on forget05, its test," in text
+        assert f"|ρ(FRAG)| − |ρ({b.words})| is {b.frag_beats_by:+.2f}" in text
         said = "FRAG ranks better" if b.frag_beats_low > 0 else "FRAG ranks worse" if b.frag_beats_high < 0 \
             else "not resolved"
         assert f"[{b.frag_beats_low:+.2f}, {b.frag_beats_high:+.2f}], {said}" in text
     short = P.headline(ranks, best)
     d = ranks[ranks.outcome.eq("delta_es") & ranks.split.eq("both") & ranks.signal.eq(best["delta_es"])].iloc[0]
-    assert short.startswith(f"Before any attack, the {d.words} ranks ΔES at {d.rho:+.2f} [")
+    assert short.startswith(f"[Before any attack](docs/results/what-ranks-relearning.md), the {d.words} ranks ΔES "
+                            f"at {d.rho:+.2f} [")
+
+
+def test_the_shared_term_table_is_each_signals_partial_rho_given_es_before():
+    df = _frontier(5)
+    shared = P.shared_term(df, n_boot=50).set_index("signal")
+    assert "es" not in shared.index  # ES before given itself has no partial ρ
+    row = shared.loc["FRAG_x100"]
+    assert row.rho_es_before == pytest.approx(stats.spearmanr(df.FRAG_x100, df.es).statistic)
+    assert row.partial == pytest.approx(_slow_partial(df.FRAG_x100, df.es, df.delta_es))
+    # a signal that is ES before plus noise ranks ΔES through the shared term: given ES before, far less
+    prob = shared.loc["forget_probability"]
+    assert abs(prob.rho) > 0.5 and abs(prob.partial) < abs(prob.rho)

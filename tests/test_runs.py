@@ -682,6 +682,10 @@ def test_notebook_08_is_collected_before_notebook_09_which_reads_its_record(fake
     record_08.write_text(record_08.read_text() + " ")
     assert runs.collector_inputs(spec_08) == before_08 and runs.collector_inputs(spec_09) != before_09
     assert _keys(_make()) == ["09_figures/t"]
+    # 09 chosen alone (make reproduce SELECT=09_figures) after 08's inputs changed: 08 is made first
+    record_05 = paths.RUNS_DIR / "05_unlearn" / "t__method=ga" / paths.RESULTS_FILE
+    record_05.write_text(record_05.read_text() + " ")
+    assert _keys(_make(select="09_figures")) == ["08_predictors/t", "09_figures/t"]
 
 
 def test_each_job_computes_on_the_kernel_path_of_the_records_its_run_extends(fake_grid, tmp_path, monkeypatch):

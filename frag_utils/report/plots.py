@@ -231,11 +231,12 @@ def predictor_forest(ranks: pd.DataFrame, authors: pd.DataFrame, split: str = "b
 
     handles = [Line2D([], [], color=palette[i], marker="o", lw=1.6, label=f) for f, i in FAMILY_COLOURS.items()
                if f in set(t.family)]
-    handles += [Line2D([], [], color="black", marker=m, lw=0, fillstyle="none", label=f"authors' {s} (n = 15)")
+    handles += [Line2D([], [], color="black", marker=m, lw=0, fillstyle="none",
+                       label=f"authors' Llama-3.2-{s},\nΔES, n = 15, no interval")
                 for s, m in (("1B", "D"), ("3B", "^"))]
     fig.legend(handles=handles, loc="center left", bbox_to_anchor=(0.83, 0.5), fontsize=7, frameon=False)
     n, methods = int(t.n.max()), int(t.methods.max())
-    fig.suptitle(f"Which attack-free signal ranks recovery? Pooled ρ with 95 % intervals over {n} healthy "
-                 f"checkpoints of {methods} methods", fontsize=9)
+    fig.suptitle(f"Which intervals clear 0? Each signal's pooled ρ with its 95 % interval, {n} healthy checkpoints "
+                 f"of {methods} methods", fontsize=9)
     fig.tight_layout(rect=(0, 0, 0.82, 0.95))
     return fig

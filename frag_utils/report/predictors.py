@@ -24,7 +24,7 @@ SIGNALS = {
     "es": ("evaluation", "forget ES"), "forget_probability": ("evaluation", "forget probability"),
     "forget_rouge": ("evaluation", "forget ROUGE"), "forget_truth_ratio": ("evaluation", "forget truth ratio"),
     "es_retain": ("evaluation", "retain ES"), "model_utility": ("evaluation", "Model Utility"),
-    "pruning": ("design", "a pruning (1) or not"), "forget_authors": ("design", "forget set's authors"),
+    "pruning": ("design", "pruning (vs gradient)"), "forget_authors": ("design", "forget-set size (authors)"),
     "strength_rank": ("design", "strength rank in its method"),
     "grad_norm_forget": ("measured", "‖∇ forget loss‖"),
     "grad_norm_forget_retain": ("measured", "‖∇ forget+retain loss‖"),
@@ -128,6 +128,23 @@ def rank_table(df: pd.DataFrame, n_boot: int, outcomes: Sequence[str] = tuple(OU
     return t.assign(ranks=(t.low > 0) | (t.high < 0))
 
 
+def shared_term(df: pd.DataFrame, n_boot: int, given: str = "es", outcome: str = "delta_es") -> pd.DataFrame:
+    """The shared term, signal by signal, both splits: its ρ with the forget ES before the attack (``given``), its
+    ρ with ``outcome`` (ΔES = ES after − ES before) and its partial ρ with ``outcome`` given ES before, over the
+    resamples of every ρ: what a signal ranks of ΔES beyond the term it shares with it. A diagnostic, added after
+    the first reading of the tables (docs/choices.md fixes the readings that decide)."""
+    rows = []
+    for s in signals(df):
+        if s == given:
+            continue
+        p = bootstrap_partial_spearman(df[s], df[given], list(df[f"{outcome}_seeds"]), n_boot=n_boot,
+                                       groups=list(df.model))
+        rows.append({"signal": s, "words": SIGNALS[s][1], "family": SIGNALS[s][0],
+                     "rho_es_before": spearman(df[s], df[given]), "rho": spearman(df[s], df[outcome]),
+                     "partial": p["rho"], "partial_low": p["low"], "partial_high": p["high"], "n": p["n"]})
+    return pd.DataFrame(rows)
+
+
 def best_pre_attack(table: pd.DataFrame, outcome: str, discovery: str = "forget10") -> str:
     """The evaluation signal with the largest |pooled ρ| with ``outcome`` on ``discovery`` (docs/choices.md)."""
     part = table[table.outcome.eq(outcome) & table.split.eq(discovery) & table.signal.isin(PRE_ATTACK)]
@@ -206,12 +223,13 @@ RANKS = Table("predictors", {"rho": "+.2f", "within_rho": "+.2f"}, block=False, 
 POOLED = Table("predictors_pooled")  # for the eye: both splits, a row per signal
 SPLITS = Table("predictors_splits")  # forget10 (discovery) beside forget05 (test)
 PARTIAL = Table("predictors_partial")
+SHARED = Table("predictors_shared_term")  # each signal's ρ with ES before, and with ΔES given it
 AUTHORS_RANKS = Table("predictors_authors", {"rho": "+.2f"}, block=False)
 AUTHORS_WIDE = Table("predictors_authors_wide")  # for the eye: a row per signal, a column per scale and subset
 FOREST = Table("predictors_forest", block=False, figure=True)
 VERDICT = Table("predictors_verdict", text=True)  # the results page's answer
 HEADLINE = Table("predictors_headline", text=True)  # the README's sentences under its verdict
-DECLARED = (RANKS, POOLED, SPLITS, PARTIAL, AUTHORS_RANKS, AUTHORS_WIDE, FOREST, VERDICT, HEADLINE)
+DECLARED = (RANKS, POOLED, SPLITS, PARTIAL, SHARED, AUTHORS_RANKS, AUTHORS_WIDE, FOREST, VERDICT, HEADLINE)
 
 
 def _ci(t: pd.DataFrame, point: str = "rho", low: str = "low", high: str = "high") -> list[str]:
@@ -254,7 +272,14 @@ def partial_view(partial: pd.DataFrame) -> pd.DataFrame:
                        given=partial.given.map(lambda s: SIGNALS[s][1]))
     wide = t.pivot_table(index=["outcome", "given", "signal"], columns="split", values="ci", aggfunc="first",
                          sort=False)
-    return wide[[c for c in ("both", "forget10", "forget05") if c in wide]].reset_index()
+    return wide[[c for c in ("forget10", "forget05", "both") if c in wide]].reset_index()
+
+
+def shared_view(shared: pd.DataFrame) -> pd.DataFrame:
+    """A row per signal: ρ with ES before, ρ with ΔES, and the partial ρ with ΔES given ES before."""
+    return pd.DataFrame({"signal": shared.words, "ρ with ES before": shared.rho_es_before.map(lambda v: f"{v:+.2f}"),
+                         "ρ with ΔES": shared.rho.map(lambda v: f"{v:+.2f}"),
+                         "ρ with ΔES given ES before": _ci(shared, "partial", "partial_low", "partial_high")})
 
 
 def authors_view(baselines: pd.DataFrame) -> pd.DataFrame:
@@ -293,15 +318,23 @@ def headline(ranks: pd.DataFrame, best: dict[str, str], split: str = "both") -> 
     discovery split), each ρ over ``split``, and |ρ(FRAG)| − |ρ| against each."""
     t = ranks[ranks.split.eq(split)].set_index(["outcome", "signal"])
     d, a = t.loc[("delta_es", best["delta_es"])], t.loc[("es_after", best["es_after"])]
-    return (f"Before any attack, the {d.words} ranks ΔES at {interval(d.rho, d.low, d.high)}, and the {a.words} "
-            f"ranks the forget ES after the attack at {interval(a.rho, a.low, a.high)}. |ρ(FRAG)| − |ρ| is "
-            f"{interval(d.frag_beats_by, d.frag_beats_low, d.frag_beats_high)} ({_said(d)}) and "
-            f"{interval(a.frag_beats_by, a.frag_beats_low, a.frag_beats_high)} ({_said(a)}).")
+    return (f"[Before any attack](docs/results/what-ranks-relearning.md), the {d.words} ranks ΔES at "
+            f"{interval(d.rho, d.low, d.high)}, and the {a.words} ranks the forget ES after the attack at "
+            f"{interval(a.rho, a.low, a.high)}. |ρ(FRAG)| − |ρ({d.words})| is "
+            f"{interval(d.frag_beats_by, d.frag_beats_low, d.frag_beats_high)} ({_said(d)}); against the "
+            f"{a.words}, {interval(a.frag_beats_by, a.frag_beats_low, a.frag_beats_high)} ({_said(a)}).")
 
 
-def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], split: str = "both") -> str:
+def _test(test: pd.Series, chosen: pd.Series) -> str:
+    """Whether the test split confirms a choice: its interval excludes 0 on the side the choice's ρ lies."""
+    holds = test.low > 0 if chosen.rho > 0 else test.high < 0
+    return "the choice holds" if holds else "not resolved"
+
+
+def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], split: str = "both",
+            test_split: str = "forget05") -> str:
     """The results page's answer, per outcome over ``split``: the signals whose interval excludes 0, the best
-    pre-attack signal against FRAG, and FRAG's partial ρ given it."""
+    pre-attack signal (and its test on ``test_split``) against FRAG, and FRAG's partial ρ given it."""
     out = []
     for outcome, words in OUTCOMES.items():
         t = ranks[ranks.outcome.eq(outcome) & ranks.split.eq(split)].set_index("signal")
@@ -309,11 +342,13 @@ def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], sp
             continue
         p = partial[partial.outcome.eq(outcome) & partial.split.eq(split) & partial.signal.eq(FRAG)].iloc[0]
         b = t.loc[best[outcome]]
+        test = ranks[ranks.outcome.eq(outcome) & ranks.split.eq(test_split) & ranks.signal.eq(best[outcome])].iloc[0]
         ranked = [f"{t.loc[s, 'words']} {interval(t.loc[s, 'rho'], t.loc[s, 'low'], t.loc[s, 'high'])}"
                   for s in t.index if t.loc[s, "ranks"]]
         out.append(f"**{words[0].upper() + words[1:]}.** " + (
             f"Intervals that exclude 0: {'; '.join(ranked)}." if ranked else "No signal's interval excludes 0.")
-            + f" The best pre-attack signal, chosen on forget10, is the {b.words}; |ρ(FRAG)| minus its ρ is "
+            + f" The best pre-attack signal, chosen on forget10, is the {b.words}; on forget05, its test, it ranks "
+            f"{words} at {interval(test.rho, test.low, test.high)} ({_test(test, b)}). |ρ(FRAG)| − |ρ({b.words})| is "
             f"{_against(b)}. Given it, FRAG's partial ρ is {interval(p.rho, p.low, p.high)}"
             + (": FRAG adds rank information." if p.adds else ", not resolved."))
     return "\n\n".join(out)
@@ -332,6 +367,7 @@ def build(book) -> dict[Table, object]:
     book.predictor_ranks, book.predictors_best = sourced(ranks, [run]), res["best_pre_attack"]
     return {RANKS: book.predictor_ranks, POOLED: sourced(pooled_view(ranks), [run]),
             SPLITS: sourced(splits_view(ranks), [run]), PARTIAL: sourced(partial_view(partial), [run]),
+            SHARED: sourced(shared_view(pd.DataFrame(res["shared_term"])), [run]),
             AUTHORS_RANKS: sourced(authors, [run]), AUTHORS_WIDE: sourced(authors_view(authors), [run]),
             FOREST: sourced(plots.predictor_forest(ranks, authors), [run]),
             VERDICT: sourced(Text(verdict(ranks, partial, res["best_pre_attack"])), [run]),
