@@ -175,7 +175,7 @@ def partial_table(df: pd.DataFrame, table: pd.DataFrame, n_boot: int, discovery:
 AUTHORS_FILE = "authors_checkpoints.csv"
 AUTHORS_TABLE3_METHODS = ("graddiff", "npo", "rmu", "sp", "frp_p0")  # their analysis/table3_spearman.py; GA left out
 AUTHORS_PREDICTORS = ("l2", "frag_gap", "cos_f", "cos_r")
-AUTHORS_BASELINES = {"pruning": "a pruning (1) or not", "es_before": "forget ES before",
+AUTHORS_BASELINES = {"pruning": "pruning (vs gradient)", "es_before": "forget ES before",
                      "forget_percent": "forget set's size"}
 
 
@@ -223,9 +223,11 @@ RANKS = Table("predictors", {"rho": "+.2f", "within_rho": "+.2f"}, block=False, 
 POOLED = Table("predictors_pooled")  # for the eye: both splits, a row per signal
 SPLITS = Table("predictors_splits")  # forget10 (discovery) beside forget05 (test)
 PARTIAL = Table("predictors_partial")
-SHARED = Table("predictors_shared_term")  # each signal's ρ with ES before, and with ΔES given it
+SHARED = Table("predictors_shared_term", {"ρ with ES before": "+.2f", "ρ with ΔES": "+.2f"})  # ES before's share
 AUTHORS_RANKS = Table("predictors_authors", {"rho": "+.2f"}, block=False)
-AUTHORS_WIDE = Table("predictors_authors_wide")  # for the eye: a row per signal, a column per scale and subset
+AUTHORS_COLUMNS = tuple(f"{scale} {subset}" for scale in ("1B", "3B", "pooled") for subset in ("all", "w/o FRP"))
+# for the eye: a row per signal, a column per model size and subset
+AUTHORS_WIDE = Table("predictors_authors_wide", dict.fromkeys(AUTHORS_COLUMNS, "+.2f"))
 FOREST = Table("predictors_forest", block=False, figure=True)
 VERDICT = Table("predictors_verdict", text=True)  # the results page's answer
 HEADLINE = Table("predictors_headline", text=True)  # the README's sentences under its verdict
@@ -277,19 +279,18 @@ def partial_view(partial: pd.DataFrame) -> pd.DataFrame:
 
 def shared_view(shared: pd.DataFrame) -> pd.DataFrame:
     """A row per signal: ρ with ES before, ρ with ΔES, and the partial ρ with ΔES given ES before."""
-    return pd.DataFrame({"signal": shared.words, "ρ with ES before": shared.rho_es_before.map(lambda v: f"{v:+.2f}"),
-                         "ρ with ΔES": shared.rho.map(lambda v: f"{v:+.2f}"),
+    return pd.DataFrame({"signal": shared.words, "ρ with ES before": shared.rho_es_before, "ρ with ΔES": shared.rho,
                          "ρ with ΔES given ES before": _ci(shared, "partial", "partial_low", "partial_high")})
 
 
 def authors_view(baselines: pd.DataFrame) -> pd.DataFrame:
-    """A row per signal of the authors' rows, a column per model size and subset (ρ with their ΔES, n in the header)."""
-    t = baselines.assign(column=baselines.scale + " " + baselines.subset + " (" + baselines.n.astype(str) + ")")
+    """A row per signal of the authors' rows, a column per model size and subset (:data:`AUTHORS_COLUMNS`): ρ with
+    their ΔES."""
+    t = baselines.assign(column=baselines.scale + " " + baselines.subset)
     wide = t.pivot_table(index="predictor", columns="column", values="rho", aggfunc="first", sort=False)
     names = {"l2": "global L2", "frag_gap": "FRAG's gap", "cos_f": "cos(F, ΔW²)", "cos_r": "cos(R, ΔW²)",
              **AUTHORS_BASELINES}
-    wide = wide.map(lambda v: f"{v:+.2f}")
-    return wide.rename(index=names).rename_axis("signal").reset_index()
+    return wide[list(AUTHORS_COLUMNS)].rename(index=names).rename_axis("signal").reset_index()
 
 
 def recorded(profile: str) -> tuple[dict, str] | None:
