@@ -136,8 +136,7 @@ def verdict(t3: pd.DataFrame, recovered: pd.DataFrame, gap: dict, rule: str = "p
     resolved += [f"{PREDICTOR_WORDS[p]} with the share of the forgotten ES recovered (post hoc), {said(r)}"
                  for p, r in rec.iterrows() if r.low > 0 or r.high < 0]
     over = f"over all {int(frag.n)}"
-    second = (f"None of the paper's four weight-space predictors' pooled intervals {over} excludes 0."
-              if not resolved else
+    second = ("No weight-space predictor's pooled interval excludes 0." if not resolved else
               f"{'Pooled intervals' if len(resolved) > 1 else 'The one pooled interval'} {over} that exclude"
               f"{'' if len(resolved) > 1 else 's'} 0: {'; '.join(resolved)}.")
     return " ".join((first, second))
