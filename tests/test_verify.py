@@ -224,3 +224,15 @@ def test_the_intel_remakes_read_back_as_the_page_says():
     assert [r["metric"] for r in npo["rows"] if not r["ok"]] == [
         "/evaluation/target/es", "/evaluation/unlearned/es", "/evaluation/unlearned/forget_probability",
         "/frag/l2_all", "/frag/l2_scored", "/row/es", "/row/l2_all", "/row/l2_scored"]
+
+
+def test_the_recipe_typed_in_a_new_shell_reads_back_as_the_page_says():
+    """docs/verify/recipe_zen4.md: the README's recipe with no cap in the shell planned every job on the AVX2 path of
+    the records it extends, and its FRP checkpoint came back with both weights identical and no number moved."""
+    text = (paths.REPO_ROOT / "docs" / "verify" / "recipe_zen4.md").read_text()
+    plan = [line for line in text.splitlines() if line.startswith("  ") and "kernels:" in line]
+    assert len(plan) == 3 and all("kernels: AVX2, as the records" in line for line in plan)
+    frp = drift.rejudge(text, "05_unlearn/smol.frontier__forget_split=forget10__frp_veto=0__method=frp__sparsity=0.005")
+    assert frp["verdict"] == "within tolerance" and all(r["drift"] == 0 for r in frp["rows"])
+    assert frp["weights"] == {"original": "identical", "unlearned": "identical"}
+    assert "the weights the AVX2 records read, bit for bit" in text
