@@ -161,6 +161,11 @@ def workflow(config: dict, specs: list | None = None, workdir: Path | None = Non
                             f"{shlex.join(command)}")
 
 
+def _kernels(args: argparse.Namespace) -> str | None:
+    """The workflow's ``kernels`` setting: only where it is not the default (each job on its records' path)."""
+    return None if args.kernels == "records" else args.kernels
+
+
 def _run(args: argparse.Namespace) -> None:
     from . import parameters, paths, runs
 
@@ -176,7 +181,7 @@ def _run(args: argparse.Namespace) -> None:
     universe = runs.dependency_grid(specs)
     for spec in specs:  # a run reading from one nothing can make is refused before Snakemake starts
         runs.needed_runs(spec, universe)
-    workflow({"force": int(args.force), "kernels": args.kernels}, specs, jobs=args.jobs, gpus=args.gpus,
+    workflow({"force": int(args.force), "kernels": _kernels(args)}, specs, jobs=args.jobs, gpus=args.gpus,
              extra=args.snakemake)
     print(f"record: {runs.repo_relative(specs[0].out_dir)}/" if len(specs) == 1 else
           f"records: {runs.repo_relative(paths.RUNS_DIR / specs[0].notebook.stem)}/<run>/ for the {len(specs)} "
@@ -186,7 +191,7 @@ def _run(args: argparse.Namespace) -> None:
 def _reproduce(args: argparse.Namespace) -> None:
     from . import paths, runs
 
-    workflow({"profile": args.profile, "select": args.select, "force": int(args.force), "kernels": args.kernels},
+    workflow({"profile": args.profile, "select": args.select, "force": int(args.force), "kernels": _kernels(args)},
              jobs=args.jobs, gpus=args.gpus, extra=args.snakemake)
     print(f"records: {runs.repo_relative(paths.RUNS_DIR)}/<notebook>/{args.profile}*/; tables and figures: "
           f"{runs.repo_relative(paths.FIGURES_DIR / args.profile)}/ (collected by notebook 09_figures)", flush=True)

@@ -166,7 +166,7 @@ def test_run_of_one_notebook_remakes_the_checkpoints_it_reads_as_reproduce_does(
     assert _main("run", "06_attacks", "-f", "t/06_attacks.yaml", "-p", "lr", "2e-4", "--select", "lr=0.0002",
                  "--select", "method=gold", "--jobs", "2") == 0
     assert fake_grid["calls"] == ["06_attacks/t__lr=0.0002__unlearned_run=t__method=gold"]
-    assert in_process[-1] == {"force": 0, "jobs": 2, "gpus": 0, "extra": []}
+    assert in_process[-1] == {"force": 0, "kernels": None, "jobs": 2, "gpus": 0, "extra": []}
     capsys.readouterr()
     assert _main("run", "06_attacks", "-f", "t/06_attacks.yaml", "--select", "method=nope") == 2
     err = capsys.readouterr().err
@@ -220,6 +220,9 @@ def test_reproduce_runs_snakemake_with_each_job_its_share_of_the_threads(monkeyp
     assert two[two.index("--cores") + 1] == "4" and "threads=2" in two and "select=05_unlearn" in two
     assert "force=1" in two and two[-3:] == ["--profile", "profiles/slurm", "-n"]
     assert "frag reproduce: error: snakemake stopped with exit status 1" in capsys.readouterr().err
+    commands.clear()
+    assert _main("reproduce", "--profile", "tiny", "--kernels", "native") == 0  # every job on this CPU's own path
+    assert commands[-1][commands[-1].index("--config") + 1:] == ["profile=tiny", "kernels=native", "threads=4"]
     commands.clear()
     monkeypatch.setattr(subprocess, "call", lambda command: commands.append(command) or 0)
     assert _main("reproduce", "--profile", "paper", "--gpus", "2") == 0  # one job on each GPU

@@ -69,15 +69,6 @@ def checkpoints(rec: Records, healthy_rule: str = "paper", attack_data: str = "f
     return df[keep]
 
 
-def with_measured(df: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
-    """``df`` with the measured signals of ``measured`` (one row per ``run``: a column per signal) joined on the run;
-    a checkpoint not measured yet has NaN, and every ρ then leaves it out (``n`` says how many are left)."""
-    if not len(measured):
-        return df
-    cols = [c for c in measured.columns if c in SIGNALS]
-    return df.merge(measured[["run", *cols]], on="run", how="left")
-
-
 def signals(df: pd.DataFrame) -> list[str]:
     """The signals of :data:`SIGNALS` that ``df`` holds for at least four checkpoints and that vary (the forget set's
     size does not on one split), in order."""
