@@ -429,29 +429,39 @@ def _model_errors() -> tuple:
 
 
 def _on_kernel_path(path: str, argv: list[str]) -> None:
-    """Start this command again with the caps of kernel ``path`` (and no other cap) where the environment does not
-    hold exactly them: they act when torch loads, which this process may have done already."""
+    """Start this command again on kernel ``path`` (:func:`frag_utils.kernel_paths.on_path`: its caps and no other,
+    its cache folder) where the environment is not on it: the caps act when torch loads, which this process may
+    have done already. The interpreter's own options are kept.
+
+    Raises:
+        ValueError: ``path`` is no kernel path.
+    """
     import os
 
     from . import kernel_paths
 
-    caps = kernel_paths.CAPS.get(path, {})
-    if kernel_paths.applied(caps):
+    path = kernel_paths.check(path)
+    if kernel_paths.is_on(path):
         return
-    env = kernel_paths.environment(caps)
+    options = sys.orig_argv[1:sys.orig_argv.index("-m")] if "-m" in sys.orig_argv else []
     sys.stdout.flush()
-    os.execve(sys.executable, [sys.executable, "-m", __package__, *argv], env)
+    os.execve(sys.executable, [sys.executable, *options, "-m", __package__, *argv], kernel_paths.on_path(path))
 
 
 def main(argv: list[str] | None = None) -> int:
+    from_shell = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     ours, extra = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     args = build_parser(ours[0] if ours else None).parse_args(ours)
     if extra and getattr(args, "snakemake", None) is None:
         build_parser().error(f"options after -- go to snakemake: frag run or frag reproduce only, not {args.command}")
     args.snakemake = extra
-    if getattr(args, "kernels", None) and args.command == "run-one":
-        _on_kernel_path(args.kernels, argv)
+    if getattr(args, "kernels", None) and args.command == "run-one" and from_shell:  # not from a caller's process
+        try:
+            _on_kernel_path(args.kernels, argv)
+        except ValueError as err:
+            print(f"frag {args.command}: error: {err}", file=sys.stderr)
+            return 2
     try:
         out = args.func(args)
     except (DataError, RunError, ValueError, *_model_errors()) as err:  # FragError, CalibrationError too

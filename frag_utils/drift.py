@@ -116,6 +116,8 @@ def format_report(run: str, report: dict) -> str:
     """The drift table of one run, as the runner and ``make verify`` print it."""
     relation = "to" if report["verdict"] == "bit-identical" else "of"
     kernels = report.get("kernels")
+    if kernels and "?" in kernels:  # a GPU's record, or one from before paths were recorded: nothing to name
+        kernels = None
     on = (f"kernels: {kernels[0]}, as the record; " if kernels and kernels[0] == kernels[1] else
           f"kernels: the record's {kernels[0]}, this remake's {kernels[1]}; " if kernels else "")
     lines = [f"{run}: remade, {report['verdict']} {relation} its record "

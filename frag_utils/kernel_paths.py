@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
+from .paths import KERNELS_ENV  # a process on a capped path keeps its cache in a folder of its own
+
 # a record's path -> the caps that give it to a CPU with more (an AMD AVX-512 CPU gives the AVX2 bits; an Intel
 # one lands within tolerance, as MKL runs other code there: docs/verify/intel_xeon.md)
 CAPS = {"AVX2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}}
@@ -45,12 +47,14 @@ def native(flags: set[str] | None = None, machine: str | None = None) -> str:
 
 
 def of_records(records: Iterable[dict]) -> set[str]:
-    """The paths that made ``records`` (their provenance), those computed on a CPU only."""
+    """The paths that made ``records`` (their provenance), those computed on a CPU only; an ARM record by its
+    machine's name, as :func:`native` names an ARM CPU's."""
     paths = set()
     for rec in records:
         env = rec.get("provenance", {}).get("environment", {})
         if env.get("device", "cpu") == "cpu" and env.get("cpu_capability"):
-            paths.add(str(env["cpu_capability"]).upper())
+            machine = next((m for m in ("aarch64", "arm64") if m in str(env.get("platform", "")).lower()), None)
+            paths.add(machine.upper() if machine else str(env["cpu_capability"]).upper())  # as native() names it
     return paths
 
 
@@ -62,6 +66,7 @@ class Choice:
     path: str
     caps: dict
     line: str
+    flag: str = ""  # what the job's process is given (run-one --kernels): "" keeps the environment as it stands
 
 
 def choose(wanted: set[str], mode: str = "records", here: str | None = None) -> Choice:
@@ -80,18 +85,20 @@ def choose(wanted: set[str], mode: str = "records", here: str | None = None) -> 
     if mode == "native":
         return Choice(here, {}, f"kernels: {here}, this CPU's own (--kernels native)")
     if not wanted:
-        return Choice(here, {}, f"kernels: {here}, this CPU's own (no record names a path)")
+        return Choice(here, {}, f"kernels: {here}, this CPU's own (no record names a path)", here)
     if len(wanted) > 1:
         return Choice(here, {}, f"kernels: {here}, this CPU's own (the records name several paths: "
-                                f"{', '.join(sorted(wanted))})")
+                                f"{', '.join(sorted(wanted))})", here)
     (path,) = wanted
     if path == here:
-        return Choice(here, {}, f"kernels: {here}, as the records")
+        return Choice(here, {}, f"kernels: {here}, as the records", here)
     if path in CAPS and here == "AVX512":  # an AVX-512 CPU takes the AVX2 path under the caps
         return Choice(path, dict(CAPS[path]), f"kernels: {path}, as the records, by the caps "
-                                              f"{' '.join(f'{k}={v}' for k, v in CAPS[path].items())}")
+                                              f"{' '.join(f'{k}={v}' for k, v in CAPS[path].items())}", path)
     return Choice(here, {}, f"kernels: {here}, this CPU's own: the records' {path} path is not available here, "
-                            f"so their drift tables compare {here} against {path}")
+                            f"so their drift tables compare {here} against {path}", here)
+
+
 
 
 def environment(caps: dict, environ: dict | None = None) -> dict:
@@ -106,6 +113,27 @@ def applied(caps: dict, environ: dict | None = None) -> bool:
     return {k: environ[k] for k in ALL_CAPS if k in environ} == caps
 
 
-def current(environ: dict | None = None) -> str:
-    """The path this process computes on: the one whose caps ``environ`` holds, else this CPU's own."""
-    return next((path for path, caps in CAPS.items() if applied(caps, environ)), native())
+def on_path(path: str, environ: dict | None = None) -> dict:
+    """The environment of a process on kernel ``path``: its caps (:data:`CAPS`; none for a CPU's own path) and no
+    other, and, where capped, :data:`KERNELS_ENV` naming it, which gives it a cache folder of its own."""
+    environ = {k: v for k, v in environment(CAPS.get(path, {}), environ).items() if k != KERNELS_ENV}
+    return {**environ, **({KERNELS_ENV: path} if path in CAPS else {})}
+
+
+def is_on(path: str, environ: dict | None = None) -> bool:
+    """Whether ``environ`` (default ``os.environ``) is :func:`on_path`'s for ``path``: its caps and cache."""
+    environ = os.environ if environ is None else environ
+    return applied(CAPS.get(path, {}), environ) and environ.get(KERNELS_ENV, "") == (path if path in CAPS else "")
+
+
+def check(path: str) -> str:
+    """``path`` as a job is given it (``--kernels``), upper case; a name that is no path is refused.
+
+    Raises:
+        ValueError: not a path this module knows or this CPU's own.
+    """
+    known = {*CAPS, *NEEDS, "DEFAULT", native()}
+    if path.upper() not in known:
+        raise ValueError(f"--kernels {path}: not a kernel path; use one of {', '.join(sorted(known))} (the plan "
+                         "names each job's), or leave it out to keep the environment as it stands")
+    return path.upper()

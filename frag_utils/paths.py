@@ -34,11 +34,19 @@ def safe_name(text: str) -> str:
     return _SAFE.sub("-", text.replace("/", "--")).strip("-") or "unnamed"
 
 
+# The capped kernel path a process computes on (set with the caps by frag_utils.kernel_paths): its cache is a folder
+# of its own, as a checkpoint's folder holds one path's weights (the AVX2 target beside the AVX-512 one)
+KERNELS_ENV = "FRAG_KERNELS"
+
+
 def cache_dir() -> Path:
     """Everything large and regenerable: model copies, checkpoints, calibration norms, evaluations,
-    scratch runs. ``FRAG_CACHE_DIR``, default ``~/.cache/frag_utils``. What is in it is reused only
+    scratch runs. ``FRAG_CACHE_DIR``, default ``~/.cache/frag_utils``; a process on a capped kernel path
+    (:data:`KERNELS_ENV`, e.g. ``AVX2``) uses its ``kernels-avx2/`` folder. What is in it is reused only
     under its key (:mod:`frag_utils.cache`), which names the code that made it."""
     root = Path(os.environ.get("FRAG_CACHE_DIR", Path.home() / ".cache" / "frag_utils"))
+    if os.environ.get(KERNELS_ENV):
+        root = root / f"kernels-{safe_name(os.environ[KERNELS_ENV].lower())}"
     root.mkdir(parents=True, exist_ok=True)
     return root
 

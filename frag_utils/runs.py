@@ -266,10 +266,12 @@ def heartbeat(label: str, notebook: Path, every: float = HEARTBEAT_SECONDS):
 
 
 @contextlib.contextmanager
-def environment(**env: str):
-    """``env`` set in this process (and so in the kernels it starts) for the duration of a block."""
+def environment(**env: str | None):
+    """``env`` set in this process (and so in the kernels it starts) for the duration of a block (None: unset)."""
     saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    os.environ.update({k: v for k, v in env.items() if v is not None})
+    for k in (k for k, v in env.items() if v is None):
+        os.environ.pop(k, None)
     try:
         yield
     finally:
@@ -462,8 +464,10 @@ def remake_models(spec: RunSpec, roles: tuple[str, ...], reason: str) -> dict:
                        f"({_made(record['results'], spec.notebook.stem, roles)}); remake the run whole: "
                        f"frag run-one {run} --remake.")
     print(f"{run}: made its {' and '.join(roles)} only ({time.time() - start:.0f} s; {reason})", flush=True)
-    here, theirs = kernel_paths.current(), kernel_paths.of_records([record])
-    if theirs and here not in theirs:  # judged by the records on this path that read it, not by notebook 02's
+    from .cache import kernels
+
+    here, theirs = kernels().get("cpu_capability"), kernel_paths.of_records([record])  # None on a GPU
+    if here and theirs and here not in theirs:  # judged by the records on this path that read it, not notebook 02's
         readers = read_by(made, here)
         same = {role: bool(readers.get(role)) for role in made}
         for role, equal in same.items():
@@ -524,8 +528,8 @@ class Job:
 
 def extends(spec: RunSpec, universe: list[RunSpec]) -> list[dict]:
     """The records a run extends, whose kernel path it computes on (:mod:`frag_utils.kernel_paths`): its own where
-    recorded; else those of its parameter file's other runs (its name's part before ``__``) where they name a path;
-    else those of the runs it reads."""
+    recorded; else those of its parameter file's other runs (its name's part before ``__``) where they name one
+    path; else those of the runs it reads."""
     def read(folder: Path) -> list[dict]:
         f = folder / paths.RESULTS_FILE
         return [json.loads(f.read_text())] if f.is_file() else []
@@ -535,7 +539,7 @@ def extends(spec: RunSpec, universe: list[RunSpec]) -> list[dict]:
         return own
     folder, tag = paths.RUNS_DIR / spec.notebook.stem, spec.name.split("__")[0]
     siblings = [r for d in sorted(folder.glob(f"{tag}__*")) if d.name != spec.name for r in read(d)]
-    if kernel_paths.of_records(siblings):
+    if len(kernel_paths.of_records(siblings)) == 1:  # a file of one path; else what the run reads decides
         return siblings
     return [r for dep, _ in needed_runs(spec, universe) for r in read(dep.out_dir)]
 
@@ -567,11 +571,13 @@ def plan(chosen: list[RunSpec], universe: list[RunSpec], force: bool = False, ke
         if not dep.is_complete():
             jobs[key] = Job(dep, needs=needs(dep, path), reason=f"unrecorded, {why}", kernels=path)
             return [key]
-        made_all = _made(_results(dep), dep.notebook.stem)  # the record read once
-        made = {r: c for r, c in made_all.items() if reads is None or r in reads}
-        on = cache.kernels(kernel_paths.environment(path.caps), path.path if path.caps else None)
-        current.update({(c, path.path): cache.is_current(c, on) for c in made.values()
-                        if (c, path.path) not in current})
+        with environment(**{paths.KERNELS_ENV: path.flag if path.caps else None}):  # the job's cache folder
+            made_all = _made(_results(dep), dep.notebook.stem)  # the record read once
+            made = {r: c for r, c in made_all.items() if reads is None or r in reads}
+            # the kernels of the job's process: its path's caps, or (no flag) this environment's
+            on = cache.kernels(kernel_paths.on_path(path.flag), path.flag) if made and path.flag else None
+            current.update({(c, path.path): cache.is_current(c, on) for c in made.values()
+                            if (c, path.path) not in current})
         stale = {r: c for r, c in made.items() if not current[(c, path.path)]}
         keys = []
         for d, _ in needed_runs(dep, universe) if stale else ():
@@ -656,5 +662,6 @@ def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
     # on the run's own kernel path where this CPU takes it: its notebooks' kernels start with the caps
     path = kernel_paths.choose(kernel_paths.of_records([json.loads((spec.out_dir / paths.RESULTS_FILE).read_text())]))
     print(f"{run}: {path.line}", flush=True)
-    with cache as root, environment(FRAG_CACHE_DIR=root, FRAG_MODELS_DIR=str(paths.models_dir()), **path.caps):
+    on = {k: kernel_paths.on_path(path.flag).get(k) for k in (*kernel_paths.ALL_CAPS, paths.KERNELS_ENV)}
+    with cache as root, environment(FRAG_CACHE_DIR=root, FRAG_MODELS_DIR=str(paths.models_dir()), **on):
         return [{"run": f"{s.notebook.stem}/{s.name}", **remake(s, "make verify")} for s in chain]  # kernels too

@@ -80,31 +80,46 @@ def test_the_records_path_is_read_from_their_provenance_on_the_cpu_only():
     assert kernel_paths.of_records([rec("AVX512", "cuda"), {"provenance": {}}]) == set()
 
 
-def test_a_process_started_on_a_path_knows_it():
-    assert kernel_paths.applied({}, {"HOME": "/h"}) and not kernel_paths.applied({}, kernel_paths.CAPS["AVX2"])
-    assert kernel_paths.current(dict(kernel_paths.CAPS["AVX2"])) == "AVX2"
-    assert not kernel_paths.applied(kernel_paths.CAPS["AVX2"], {**kernel_paths.CAPS["AVX2"], "MKL_CBWR": "AVX2"})
+def test_a_process_on_a_capped_path_has_its_caps_alone_and_a_cache_of_its_own(monkeypatch, tmp_path):
+    env = kernel_paths.on_path("AVX2", {"HOME": "/h", "MKL_CBWR": "AVX2", paths.KERNELS_ENV: "X"})
+    assert env == {"HOME": "/h", **kernel_paths.CAPS["AVX2"], paths.KERNELS_ENV: "AVX2"}
+    assert kernel_paths.is_on("AVX2", env) and not kernel_paths.is_on("AVX512", env)
+    native = kernel_paths.on_path("AVX512", env)  # a CPU's own path: no cap, the cache as it is
+    assert native == {"HOME": "/h"} and kernel_paths.is_on("AVX512", native)
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv(paths.KERNELS_ENV, "AVX2")
+    assert paths.cache_dir() == tmp_path / "kernels-avx2"  # the AVX2 target beside, never over, the AVX-512 one
+    monkeypatch.delenv(paths.KERNELS_ENV)
+    assert paths.cache_dir() == tmp_path
+    assert kernel_paths.check("avx2") == "AVX2"
+    with pytest.raises(ValueError, match="--kernels AVX3: not a kernel path"):
+        kernel_paths.check("AVX3")
 
 
-def test_run_one_starts_again_with_the_caps_of_its_path_and_only_then(monkeypatch):
+def test_run_one_starts_again_on_its_path_from_a_shell_only(monkeypatch):
     from frag_utils import cli
 
     started = []
     monkeypatch.setattr(os, "execve", lambda exe, argv, env: started.append((argv, env)))
-    for cap in kernel_paths.ALL_CAPS:
+    for cap in (*kernel_paths.ALL_CAPS, paths.KERNELS_ENV):
         monkeypatch.delenv(cap, raising=False)
     monkeypatch.setenv("MKL_CBWR", "COMPATIBLE")  # a cap of the shell's, not of the path: removed
     cli._on_kernel_path("AVX2", ["run-one", "06_attacks/x", "--kernels", "AVX2"])
     ((argv, env),) = started
-    assert argv[1:] == ["-m", "frag_utils", "run-one", "06_attacks/x", "--kernels", "AVX2"]
-    assert kernel_paths.applied(kernel_paths.CAPS["AVX2"], env) and env["HOME"] == os.environ["HOME"]
-    for name, value in kernel_paths.CAPS["AVX2"].items():
-        monkeypatch.setenv(name, value)
+    assert argv[argv.index("-m"):] == ["-m", "frag_utils", "run-one", "06_attacks/x", "--kernels", "AVX2"]
+    assert kernel_paths.is_on("AVX2", env) and env["HOME"] == os.environ["HOME"]
     monkeypatch.delenv("MKL_CBWR")
+    for name, value in kernel_paths.on_path("AVX2", {}).items():
+        monkeypatch.setenv(name, value)
     cli._on_kernel_path("AVX2", ["run-one", "06_attacks/x"])  # already on it: no second start
     assert len(started) == 1
-    cli._on_kernel_path("AVX512", ["run-one", "06_attacks/x"])  # a path without caps: the caps go
-    assert len(started) == 2 and kernel_paths.applied({}, started[-1][1])
+    cli._on_kernel_path(kernel_paths.native(), ["run-one", "06_attacks/x"])  # this CPU's own: the caps go
+    assert len(started) == 2 and kernel_paths.is_on(kernel_paths.native(), started[-1][1])
+    # main() starts again only when it was started from a shell (a caller's process is never replaced)
+    assert cli.main(["run-one", "06_attacks/nothing_recorded", "--kernels", "AVX512"]) == 2
+    assert len(started) == 2
+    monkeypatch.setattr(sys, "argv", ["frag", "run-one", "06_attacks/x", "--kernels", "AVX3"])
+    assert cli.main() == 2  # a name that is no path: one line, no start
 
 
 def test_the_drift_table_names_the_path_of_the_record_and_of_the_remake():

@@ -705,8 +705,17 @@ def test_each_job_computes_on_the_kernel_path_of_the_records_its_run_extends(fak
     jobs = runs.plan([new], runs.dependency_grid([new]))
     assert [j.key for j in jobs] == ["remade/02_target_and_gold/t@target", "remade/05_unlearn/t__method=npo",
                                      f"06_attacks/{new.name}"]
-    assert all(j.kernels.caps == kernel_paths.CAPS["AVX2"] and j.kernels.path == "AVX2" for j in jobs)
-    assert all(j.kernels.caps == {} for j in runs.plan([new], runs.dependency_grid([new]), kernels="native"))
+    assert all(j.kernels.caps == kernel_paths.CAPS["AVX2"] and j.kernels.flag == "AVX2" for j in jobs)
+    native = runs.plan([new], runs.dependency_grid([new]), kernels="native")
+    assert all(j.kernels.caps == {} and j.kernels.flag == "" for j in native)  # the environment as it stands
+    # records of a path this CPU cannot take: its own, said in the plan's line
+    rec = json.loads(npo.read_text())
+    on = {"environment": {"cpu_capability": "AVX512"}}
+    npo.write_text(json.dumps({**rec, "provenance": {**rec["provenance"], **on}}))
+    monkeypatch.setattr(kernel_paths, "native", lambda *a, **k: "AVX2")
+    refused = runs.plan([new], runs.dependency_grid([new]))
+    assert all(j.kernels.caps == {} and j.kernels.flag == "AVX2" for j in refused)
+    assert "the records' AVX512 path is not available here" in refused[-1].kernels.line
     # a run of a parameter file extends its file's records: the 06 file's attack of the gold model, made on AVX512
     gold_attack = next((paths.RUNS_DIR / "06_attacks").glob("t__unlearned_run=t__method=gold*")) / paths.RESULTS_FILE
     rec = json.loads(gold_attack.read_text())
@@ -730,3 +739,23 @@ def test_a_target_made_on_another_path_than_its_record_is_judged_by_the_records_
                                                                  "05_unlearn/t.frontier__m=b"]}
     assert runs.read_by({"target": "s2"}, "AVX2") == {"target": []}
     assert runs.read_by({"target": "s2"}, "AVX512") == {"target": ["05_unlearn/t.frontier__m=c"]}
+
+
+def test_the_workflow_gives_each_job_its_path_in_its_stamp_and_its_command(fake_grid, tmp_path, capfd):
+    """A job step on a cluster node parses the Snakefile without the plan: the path travels in the job's stamp and
+    so in its command (``--kernels``), as the plan chose it."""
+    from frag_utils import kernel_paths
+
+    _make()
+    npo = paths.RUNS_DIR / "05_unlearn" / "t__method=npo" / paths.RESULTS_FILE
+    rec = json.loads(npo.read_text())
+    npo.write_text(json.dumps({**rec, "provenance": {**rec["provenance"], "environment": {"cpu_capability": "AVX2"}}}))
+    shutil.rmtree(tmp_path / "cache")
+    (new,) = runs.plan_run("06_attacks", None, {"profile": "t", "unlearned_run": "t__method=npo", "lr": 3e-4})
+    capfd.readouterr()
+    cli.workflow({"force": 0}, [new], extra=["-n", "-p"])
+    out = capfd.readouterr()
+    flag = kernel_paths.choose({"AVX2"}).flag
+    commands = [line for line in out.out.splitlines() if "frag_utils run-one" in line]
+    assert len(commands) == 3 and all(f"--kernels {flag}" in c for c in commands), commands
+    assert f".{flag}.done" in out.out
