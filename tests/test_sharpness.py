@@ -1,0 +1,75 @@
+"""The measures of how fast the attack's loss can fall from a checkpoint (frag_utils.sharpness), each against its
+definition computed the slow way on the tiny model: the loss token by token, the gradient's norm against a finite
+difference of the loss along the gradient, SAM's rise against its first-order value; every weight put back."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from frag_utils import prompts, sharpness
+
+
+def _weights(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _same(a, b):
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.fixture()
+def setup(partly_trained, tokenizer, qa_records):
+    batches = sharpness.answer_batches(tokenizer, qa_records, batch_size=3)
+    params = [p for p in partly_trained.parameters() if p.requires_grad]
+    return partly_trained, tokenizer, qa_records, batches, params
+
+
+def test_the_loss_is_the_mean_nll_of_every_answer_token_over_the_whole_set(setup):
+    model, tokenizer, records, batches, _ = setup
+    nll = []
+    with torch.no_grad():
+        for r in records:  # one example at a time, the full logits, every answer token
+            enc = prompts.encode_qa(tokenizer, r["question"], r["answer"])
+            ids = torch.tensor([enc["input_ids"]])
+            logits = model(input_ids=ids).logits[0, :-1].float()
+            labels = torch.tensor(enc["labels"][1:])
+            keep = labels != prompts.IGNORE
+            nll += F.cross_entropy(logits[keep], labels[keep], reduction="none").tolist()
+    assert sharpness.mean_answer_loss(model, batches) == pytest.approx(np.mean(nll), rel=1e-5)
+    # three batches of unequal answer lengths: a mean over tokens, not over batches
+    assert len(batches) == 3
+
+
+def test_the_gradient_norm_is_the_slope_of_the_loss_along_the_gradient(setup):
+    model, _, _, batches, params = setup
+    before = _weights(model)
+    loss, grads = sharpness.loss_gradient(model, batches, params)
+    assert loss == pytest.approx(sharpness.mean_answer_loss(model, batches), rel=1e-6)
+    g = sharpness.norm(grads)
+    h = 1e-3
+    up = sharpness._shifted_loss(model, batches, params, [d * (h / g) for d in grads])
+    down = sharpness._shifted_loss(model, batches, params, [d * (-h / g) for d in grads])
+    assert (up - down) / (2 * h) == pytest.approx(g, rel=2e-2)
+    assert _same(before, _weights(model))  # every weight put back, bit for bit
+
+
+def test_random_sharpness_is_seeded_and_leaves_the_weights_as_they_were(setup):
+    model, _, _, batches, params = setup
+    before = _weights(model)
+    a = sharpness.random_sharpness(model, batches, params, radius=0.05, seeds=(0, 1))
+    b = sharpness.random_sharpness(model, batches, params, radius=0.05, seeds=(0, 1))
+    assert a == b and len(a["rises"]) == 2 and a["sharpness"] == pytest.approx(np.mean(a["rises"]))
+    assert a["rises"][0] != a["rises"][1]  # two directions
+    assert _same(before, _weights(model))
+    with pytest.raises(ValueError, match="radius must be > 0"):
+        sharpness.random_sharpness(model, batches, params, radius=0.0)
+
+
+def test_sam_sharpness_rises_by_r_times_the_gradient_norm_to_first_order(setup):
+    model, _, _, batches, params = setup
+    before = _weights(model)
+    loss, grads = sharpness.loss_gradient(model, batches, params)
+    small = sharpness.sam_sharpness(model, batches, params, grads, loss, radius=1e-6)
+    assert small["r"] == pytest.approx(1e-6 * sharpness.norm([p.detach() for p in params]))
+    assert small["sharpness"] == pytest.approx(small["r"] * sharpness.norm(grads), rel=5e-2)
+    assert _same(before, _weights(model))
