@@ -662,6 +662,7 @@ def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
     # on the run's own kernel path where this CPU takes it: its notebooks' kernels start with the caps
     path = kernel_paths.choose(kernel_paths.of_records([json.loads((spec.out_dir / paths.RESULTS_FILE).read_text())]))
     print(f"{run}: {path.line}", flush=True)
-    on = {k: kernel_paths.on_path(path.flag).get(k) for k in (*kernel_paths.ALL_CAPS, paths.KERNELS_ENV)}
+    env = kernel_paths.on_path(path.flag)
+    on = {k: env.get(k) for k in (*kernel_paths.ALL_CAPS, paths.KERNELS_ENV)}  # None: unset
     with cache as root, environment(FRAG_CACHE_DIR=root, FRAG_MODELS_DIR=str(paths.models_dir()), **on):
         return [{"run": f"{s.notebook.stem}/{s.name}", **remake(s, "make verify")} for s in chain]  # kernels too

@@ -101,6 +101,12 @@ def for_the_eye(df: pd.DataFrame, table: Table) -> tuple[pd.DataFrame, dict[str,
     return out, {k: f for k, f in formats.items() if k in out}
 
 
+def markdown(df: pd.DataFrame, table: Table) -> str:
+    """The table as a page shows it (:func:`for_the_eye`): the CSV and LaTeX keep every column."""
+    shown, formats = for_the_eye(df, table)
+    return shown.to_markdown(index=False, floatfmt=tuple(formats.get(c, ".3f") for c in shown.columns))
+
+
 def write(out_dir: Path, prov: dict, built: dict[Table, Any]) -> list[str]:
     """Write each non-empty table, then each figure, to ``out_dir`` with a provenance file naming its
     source runs, remove every other one there (empty now, or no longer made); returns the names written."""
@@ -116,9 +122,7 @@ def write(out_dir: Path, prov: dict, built: dict[Table, Any]) -> list[str]:
             formats = {k: f for k, f in table.formats.items() if k in obj}
             records.write_table(obj, out_dir / table.name, {**prov, SOURCES: sources(obj), **obj.attrs["provenance"]},
                                 formats=formats or None)
-            shown, formats = for_the_eye(obj, table)  # the Markdown a page shows; the CSV and LaTeX keep all
-            records.atomic_write_text((out_dir / table.name).with_suffix(".md"), shown.to_markdown(
-                index=False, floatfmt=tuple(formats.get(c, ".3f") for c in shown.columns)) + "\n")
+            records.atomic_write_text((out_dir / table.name).with_suffix(".md"), markdown(obj, table) + "\n")
         else:
             continue
         written.append(table.name)
@@ -157,8 +161,9 @@ class Book:
             for t, obj in built.items():
                 if t.text:
                     display(Markdown(obj))
-                elif not t.figure:
-                    display(Markdown(f"**`{t.name}`** ({len(obj)} rows)"), obj)
+                elif not t.figure:  # as its page shows it, whole: a wide frame would be cut in the record
+                    shown = f"\n\n{markdown(obj, t)}" if len(obj) else ""
+                    display(Markdown(f"**`{t.name}`** ({len(obj)} rows){shown}"))
         return {f"{t.name}.png" if t.figure else t.name: obj for t, obj in built.items()}
 
     def write(self, out_dir: Path, prov: dict) -> list[str]:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .analysis import AUTHORS_PREDICTOR
 from .book import interval
 
 
@@ -208,8 +209,7 @@ def predictor_forest(ranks: pd.DataFrame, authors: pd.DataFrame, split: str = "b
     fig, axes = plt.subplots(1, len(outcomes), figsize=(4.1 * len(outcomes) + 1.6, 0.32 * len(order) + 1.3),
                              sharey=True, squeeze=False)
     names = {"delta_es": "ΔES", "es_after": "forget ES after", "recovered": "share recovered"}
-    theirs = {"l2_all": "l2", "FRAG_x100": "frag_gap", "A_f_x100": "cos_f", "A_r_x100": "cos_r", "es": "es_before",
-              "pruning": "pruning"}
+    theirs = {**AUTHORS_PREDICTOR, "es": "es_before", "pruning": "pruning"}  # our signal -> the authors' column
     at = authors[authors.subset.eq("all")].set_index(["scale", "predictor"]).rho if len(authors) else pd.Series()
     for ax, outcome in zip(axes[0], outcomes):
         part = t[t.outcome.eq(outcome)].set_index("signal").reindex(order)

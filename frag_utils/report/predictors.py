@@ -1,6 +1,6 @@
 """Which attack-free signal ranks relearning? Notebook 08's steps as pure functions of the frontier's records
 (:func:`checkpoints`, :func:`rank_table`, :func:`best_pre_attack`, :func:`partial_table`), the authors' own
-checkpoints (:func:`authors_checkpoints`, :func:`authors_table3`, :func:`authors_baselines`), and the family of
+checkpoints (:func:`authors_checkpoints`, :func:`authors_table3`), and the family of
 tables notebook 09 builds from notebook 08's record (:data:`DECLARED`, :func:`build`). The candidates, outcomes and
 reading rules were fixed before any number (docs/choices.md, "Which attack-free signal ranks relearning?")."""
 from __future__ import annotations
@@ -35,10 +35,7 @@ PRE_ATTACK = tuple(s for s, (family, _) in SIGNALS.items() if family == "evaluat
 FRAG = "FRAG_x100"
 OUTCOMES = {"delta_es": "ΔES", "es_after": "forget ES after", "recovered": "share recovered"}
 SHORT = {"delta_es": "ΔES", "es_after": "ES after", "recovered": "share"}  # column headers of the views
-# what each pre-attack evaluation number is read from in a notebook-05 record's evaluation of the unlearned model
-EVALUATION = {"es": "es", "forget_probability": "forget_probability", "forget_rouge": "forget_rouge",
-              "forget_truth_ratio": "forget_truth_ratio", "es_retain": "es_retain", "model_utility": "model_utility"}
-AUTHORS = {"1B": "tofu_1b", "3B": "tofu_3b"}
+AUTHORS_SCALES = ("1B", "3B")  # the authors' model sizes: Llama-3.2-1B and 3B
 
 
 def checkpoints(rec: Records, healthy_rule: str = "paper", attack_data: str = "forget_retain") -> pd.DataFrame:
@@ -57,7 +54,7 @@ def checkpoints(rec: Records, healthy_rule: str = "paper", attack_data: str = "f
     _, hit = frontier.attacked(models, attacks)
     df = hit[hit[f"healthy_{healthy_rule}"]].reset_index(drop=True)
     evaluation = [rec.method_by_run[r.split("/", 1)[1]]["results"]["evaluation"]["unlearned"] for r in df.run]
-    df = df.assign(**{s: [ev[k] for ev in evaluation] for s, k in EVALUATION.items()},
+    df = df.assign(**{s: [ev[s] for ev in evaluation] for s in PRE_ATTACK},  # the record's own names
                    pruning=df.method.isin(analysis.PRUNING).astype(int),
                    forget_authors=df.forget_split.map({"forget01": 1, "forget05": 2, "forget10": 3}),
                    strength_rank=df.groupby(["model", "forget_split"]).strength.rank(method="average"),
@@ -184,7 +181,7 @@ def authors_table3_rows(df: pd.DataFrame) -> dict[tuple[str, str], pd.DataFrame]
     """Their Table 3's checkpoints per (scale, subset): :data:`AUTHORS_TABLE3_METHODS` on every split, per model
     size and pooled, all and without FRP."""
     chosen = df[df.method.isin(AUTHORS_TABLE3_METHODS)]
-    scales = {**{s: chosen[chosen.scale.eq(s)] for s in AUTHORS}, "pooled": chosen}
+    scales = {**{s: chosen[chosen.scale.eq(s)] for s in AUTHORS_SCALES}, "pooled": chosen}
     return {(scale, subset): part[part.method.ne("frp_p0")] if subset == "w/o FRP" else part
             for scale, part in scales.items() for subset in ("all", "w/o FRP")}
 
@@ -279,19 +276,16 @@ def authors_view(baselines: pd.DataFrame) -> pd.DataFrame:
     their ΔES."""
     t = baselines.assign(column=baselines.scale + " " + baselines.subset)
     wide = t.pivot_table(index="predictor", columns="column", values="rho", aggfunc="first", sort=False)
-    names = {"l2": "global L2", "frag_gap": "FRAG's gap", "cos_f": "cos(F, ΔW²)", "cos_r": "cos(R, ΔW²)",
-             **AUTHORS_BASELINES}
+    names = {theirs: SIGNALS[ours][1] for ours, theirs in analysis.AUTHORS_PREDICTOR.items()} | AUTHORS_BASELINES
     return wide[list(AUTHORS_COLUMNS)].rename(index=names).rename_axis("signal").reset_index()
 
 
 def recorded(profile: str) -> tuple[dict, str] | None:
     """Notebook 08's complete record of ``profile`` (its grid file's run) and its run path, or None."""
-    specs = [s for s in runs.grid(profile) if s.notebook.stem == NOTEBOOK] if (
-        paths.PARAMS_DIR / profile).is_dir() else []
-    for spec in specs:
-        if spec.is_complete():
-            return records.read_json(spec.out_dir / paths.RESULTS_FILE), f"{NOTEBOOK}/{spec.name}"
-    return None
+    (spec,) = runs.plan_run(NOTEBOOK, None, {"profile": profile})  # a collector's one run: its profile's file's
+    if not spec.is_complete():
+        return None
+    return records.read_json(spec.out_dir / paths.RESULTS_FILE), f"{NOTEBOOK}/{spec.name}"
 
 
 def _said(r: pd.Series) -> str:
