@@ -34,8 +34,8 @@ from . import paths
 # the runner or the command line keeps every cache (a grid that runs for sessions survives the work
 # beside it). ``tests/test_cache.py`` holds that no other module imports one of them; a new
 # top-level module counts as computing until it is named here, a module under REPORTING never does.
-NOT_COMPUTING = frozenset({"__main__", "cli", "costs", "drift", "dryrun", "kernel_paths", "launch", "parameters", "readme",
-                           "runs"})
+NOT_COMPUTING = frozenset({"__main__", "cli", "costs", "drift", "dryrun", "kernel_paths", "launch", "parameters",
+                           "readme", "runs"})
 REPORTING = "report"
 
 
