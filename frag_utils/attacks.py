@@ -321,3 +321,41 @@ def relearn(model: nn.Module, tokenizer: Any, records: Sequence[dict], config: A
                    epochs={int(k): v for k, v in (epoch_eval.results if epoch_eval else {}).items()})
     return model, summary
 
+
+
+def model_to_attack(profile: str, unlearned_run: str, model: str, params: dict) -> dict:
+    """What a run that starts from an unlearned checkpoint reads: with ``unlearned_run``, the checkpoint of that
+    notebook-05 run (its record's data, split and prompts must be ``params``'), else the model ``model`` names
+    (``profile-target``: notebook 02's target of ``profile``).
+
+    Returns:
+        ``{"path", "method", "weights" (the precision it was unlearned in), "row" (its recorded FRAG and L2, {} for a
+        named model), "sha256" (the weights its record names, None for a named model)}``.
+    Raises:
+        ValueError: the 05 run used other data, split or prompts. FileNotFoundError: the checkpoint is not in the
+        cache, with the command that makes it.
+    """
+    from . import models, paths, records
+
+    if unlearned_run:
+        source = records.read_run("05_unlearn", unlearned_run, profile)
+        made = source["provenance"]["params"]
+        differ = {k: (made.get(k), params[k]) for k in ("data_source", "forget_split", "prompt_template")
+                  if made.get(k) != params[k]}
+        if differ:  # another split or prompt: measuring it answers another question
+            raise ValueError(f"05_unlearn/{unlearned_run} was made with other data or prompts (05 value, this run's): "
+                             f"{differ}; set this run's parameters to match, or name another run.")
+        path = paths.expand_cached(source["results"]["unlearned"])
+        if not models.is_checkpoint(path):
+            raise FileNotFoundError(f"The checkpoint of 05_unlearn/{unlearned_run} is not in the cache ({path}); the "
+                                    f"runner remakes it first: make reproduce PROFILE={profile} SELECT=<this run>, "
+                                    f"or make reproduce PROFILE={profile} SELECT=05_unlearn/{unlearned_run} FORCE=1.")
+        return {"path": path, "method": source["results"]["method"], "weights": made.get("weights", "fp32"),
+                "row": source["results"]["row"], "sha256": source["results"]["checkpoint_sha256"].get("unlearned")}
+    path = paths.original_dir(profile, model)
+    method = "target" if paths.target_seed(model) is not None else "model"
+    if method == "target" and not models.is_checkpoint(path):
+        raise FileNotFoundError(f"The {model} of profile {profile} is not in the cache ({path}); the runner makes it "
+                                f"first, or run: make reproduce PROFILE={profile} SELECT=02_target_and_gold")
+    models.check_template(params["prompt_template"], path)  # the prompts it was trained behind
+    return {"path": path, "method": method, "weights": "fp32", "row": {}, "sha256": None}

@@ -183,6 +183,9 @@ APPLIES = {
         "lora_targets": lambda p: p.get("lora_rank", 0) > 0,
         "mc_shots": lambda p: bool(p.get("eval_mc")),
     },
+    "10_sharpness": {  # a checkpoint measured is a notebook-05 run's, else the model named
+        "unlearned_run": lambda p: bool(p.get("unlearned_run")), "model": lambda p: not p.get("unlearned_run"),
+    },
 }
 
 

@@ -28,6 +28,8 @@ from .parameters import RunError
 KERNEL = "frag"
 # Notebooks that only collect other runs' records: redone when what they read changed (collector_inputs)
 COLLECTORS = ("08_predictors", "09_figures")
+# the notebooks that start from a notebook-05 run's checkpoint (unlearned_run), else from the model they name
+STARTS_FROM_05 = ("06_attacks", "10_sharpness")
 
 
 @dataclass
@@ -360,13 +362,13 @@ def checkpoints_current(spec: RunSpec, roles: tuple[str, ...] | None = None) -> 
 def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, tuple[str, ...] | None]]:
     """``(notebook, run name, reads)`` of every run ``spec`` reads from: the profile's notebook-02 run
     for a run on ``profile-target`` (its ``target``) or a gold run on ``profile-gold`` (its ``gold``), the
-    named notebook-05 runs of notebooks 06 and 07 (``None``: every checkpoint), the run a matched-norm
+    named notebook-05 runs of notebooks 06, 07 and 10 (``None``: every checkpoint), the run a matched-norm
     run matches and a collector's earlier collectors of its profile (``()``: their record only)."""
     nb, p = spec.notebook.stem, spec.params
     makers = [s for s in specs if s.notebook.stem == "02_target_and_gold" and s.params["profile"] == p.get("profile")]
     names = []
-    # the target a run starts from: notebook 05's and 07's original, notebook 06's model (no unlearned run)
-    seed = paths.target_seed(str(p.get("original", p.get("model", "") if nb == "06_attacks" and not
+    # the target a run starts from: notebook 05's and 07's original, notebook 06's and 10's model (no unlearned run)
+    seed = paths.target_seed(str(p.get("original", p.get("model", "") if nb in STARTS_FROM_05 and not
                                        p.get("unlearned_run") else "")))
     trains = [s for s in makers if s.params.get("seed", paths.TARGET_SEED) == seed]
     if trains:  # every 02 run of a profile at one seed trains its one target of that seed
@@ -376,7 +378,7 @@ def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, t
                   p["forget_split"] and s.params.get("seed", paths.TARGET_SEED) == paths.TARGET_SEED][:1]
     if nb == "05_unlearn" and p.get("match_l2_run"):
         names.append(("05_unlearn", p["match_l2_run"], ()))
-    if nb == "06_attacks" and p.get("unlearned_run"):
+    if nb in STARTS_FROM_05 and p.get("unlearned_run"):
         names.append(("05_unlearn", p["unlearned_run"], None))
     if nb == "07_ablations" and p.get("unlearned_runs") not in (None, "", "all"):
         names += [("05_unlearn", n.strip(), None) for n in p["unlearned_runs"].split(",") if n.strip()]

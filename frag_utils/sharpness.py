@@ -7,18 +7,24 @@ measures (docs/choices.md, "Which attack-free signal ranks relearning?", the mea
 * the gradient norm ‖∇L(θ)‖ over the parameters the attack trains;
 * random sharpness: the mean over seeded Gaussian directions of L(θ + ε) − L(θ), each tensor's ε scaled to
   ``radius`` times that tensor's own norm;
-* SAM sharpness (first order): L(θ + r g/‖g‖) − L(θ), g = ∇L(θ), r = ``radius`` ‖θ‖.
+* SAM sharpness (first order): L(θ + r g/‖g‖) − L(θ), g = ∇L(θ), r = ``radius`` ‖θ‖;
+* the one-step probe (:func:`probe`, a probe, not attack-free): the attack itself, stopped after its first
+  optimizer step, taken at the peak learning rate.
 
-Every function restores the weights it perturbs bit for bit. Not yet run by the grid: these are the measures of
-the candidates fixed in docs/choices.md, tested against their definitions (tests/test_sharpness.py).
+Every measure but the probe restores the weights it perturbs bit for bit. Notebook 10 runs them on a checkpoint;
+tests/test_sharpness.py checks each against its definition.
 """
 from __future__ import annotations
 
+import dataclasses
+import shutil
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
+from transformers import TrainerCallback
 
-from . import prompts, train
+from . import attacks, prompts, train
 
 
 def answer_batches(tokenizer: Any, records: Sequence[dict], batch_size: int = 16, chat: bool = True,
@@ -110,3 +116,42 @@ def sam_sharpness(model: Any, batches: Sequence[dict], params: Sequence[torch.Te
         return {"sharpness": 0.0, "r": 0.0}
     r = radius * norm([p.detach() for p in params])
     return {"sharpness": _shifted_loss(model, batches, params, [d * (r / g) for d in grads]) - loss, "r": r}
+
+
+class _StopAfter(TrainerCallback):
+    """Ends training after ``steps`` optimizer steps, saving no state: a probe is not resumed."""
+
+    def __init__(self, steps: int):
+        self.steps = steps
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.steps:
+            control.should_training_stop = True
+            control.should_save = False
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        if state.global_step >= self.steps:
+            control.should_save = False
+
+
+def probe(model: Any, tokenizer: Any, records: Sequence[dict], config: attacks.AttackConfig,
+          work_dir: str | Path, steps: int = 1) -> tuple[Any, dict]:
+    """The one-step probe: the attack ``config`` run from ``model`` through :func:`frag_utils.attacks.relearn`
+    (its sampler and seed, so the batch the attack draws first; its optimizer, clipping and precision), at the peak
+    learning rate from the first step (no warmup: with the attack's warmup its first step applies lr 0) and
+    stopped after ``steps`` optimizer steps. ``work_dir`` is emptied first: a probe always starts from ``model``.
+
+    Returns:
+        ``(model, summary)`` as :func:`frag_utils.attacks.relearn` returns them: the model after the step(s).
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    shutil.rmtree(work_dir, ignore_errors=True)
+    at_peak = dataclasses.replace(config, epochs=1, warmup_epochs=0.0, scheduler="constant", save_steps=0)
+    model, summary = attacks.relearn(model, tokenizer, records, at_peak, work_dir, eval_epochs=[],
+                                     callbacks=[_StopAfter(steps)], replace_other=True)
+    shutil.rmtree(work_dir, ignore_errors=True)
+    if summary["global_steps"] != steps:
+        raise RuntimeError(f"the probe took {summary['global_steps']} optimizer steps, not {steps}: the attack data "
+                           f"has {summary['steps_per_epoch']} steps per epoch")
+    return model, summary

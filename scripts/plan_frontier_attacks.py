@@ -13,6 +13,9 @@ files only grow, and their runs' names stay as they were (one file per split); a
 checkpoints makes the split's 07 run incomplete (its parameters changed), so it is made again whole.
 The 07 runs study the paper's methods (frag_utils.report.frontier.PAPER_METHODS): the methods added beyond them
 (SimNPO, IdkDPO, UNDIAL, WGA) are attacked, and leave the 07 runs as they are.
+Every attacked checkpoint, and the target on each split for scale, also gets a notebook-10 run (the gradient
+norms, sharpness and one-step probe of the attack's loss at its weights) in 10_sharpness.frontier.yaml, with the
+attack's batch and peak learning rate.
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import argparse
 import yaml
 
 from frag_utils.report import frontier
-from frag_utils.report.recorded import FRONTIER_06, FRONTIER_07, Records
+from frag_utils.report.recorded import FRONTIER_06, FRONTIER_07, FRONTIER_10, Records
 
 FRONTIER_SEEDS = (42, 1)  # the attack seeds of each healthy checkpoint: attack.sh's, then one more
 # the frontier's notebook-07 settings: the paper profile's (papermill_runs/params/paper/07_ablations.yaml)
@@ -35,6 +38,13 @@ HEADER = """# {profile}: the healthy frontier's relearning attacks on {split} (i
 # real-authors ROUGE) at least half the target's, decided before any of them was attacked
 # (docs/choices.md, "The healthy frontier"); the faithful grid's forget+retain attack (the settings of
 # 06_attacks.table1.yaml), at seed 42 for every checkpoint, then at seed 1. Do not edit by hand.
+"""
+
+HEADER_10 = """# {profile}: the attack's loss measured at the weights of every checkpoint the frontier attacks, both
+# splits, and at the target on each split for scale (issue 82): the forget and forget+retain gradient norms,
+# random and SAM sharpness of the forget loss and the one-step probe (docs/choices.md, "Which attack-free
+# signal ranks relearning?"), with the attack's batch and peak learning rate, written by
+# scripts/plan_frontier_attacks.py with the attack files. Do not edit by hand.
 """
 
 HEADER_07 = """# {profile}: the loss barrier and FRAG's importance terms on the healthy frontier's {split} checkpoints
@@ -56,6 +66,17 @@ def frontier_attacks(rec: Records, forget_split: str, seeds: tuple[int, ...] = F
     is healthy by either rule, at each seed (the first for every checkpoint before the next)."""
     return [{**rec.protocol, "unlearned_run": run.split("/", 1)[1], "forget_split": forget_split,
              "attack_data": "forget_retain", "seed": seed} for seed in seeds for run in healthy(rec, forget_split).run]
+
+
+def frontier_measures(rec: Records, splits: list[str]) -> list[dict]:
+    """Notebook 10's run of every checkpoint the attack files attack, then of the target on each split (last: a run
+    no record extends computes on the kernel path of its recorded siblings, the checkpoints')."""
+    settings = {"profile": rec.profile, "prompt_template": rec.protocol["prompt_template"],
+                "batch_size": rec.protocol["batch_size"] * rec.protocol["grad_accum"],
+                "probe_lr": rec.protocol["lr"], "eval_limit": rec.protocol["eval_limit"]}
+    targets = [{**settings, "model": "profile-target", "forget_split": split} for split in splits]
+    return [{**settings, "unlearned_run": run.split("/", 1)[1], "forget_split": split}
+            for split in splits for run in healthy(rec, split).run] + targets
 
 
 def main() -> None:
@@ -81,6 +102,11 @@ def main() -> None:
         (rec.params_dir / file_07).write_text(HEADER_07.format(profile=args.profile, split=split)
                                                + yaml.safe_dump([ablation], sort_keys=False, width=100000))
         print(f"{file_07}: the barrier and the importance terms of {len(checkpoints)} checkpoints")
+    splits = [f.split("_")[-1].split(".")[0] for f in FRONTIER_06]
+    measures = frontier_measures(rec, [s for s in splits if len(healthy(rec, s))])
+    (rec.params_dir / FRONTIER_10).write_text(HEADER_10.format(profile=args.profile) + yaml.safe_dump(
+        measures, sort_keys=False, default_flow_style=None, width=1000))
+    print(f"{FRONTIER_10}: {len(measures)} checkpoints measured")
 
 
 if __name__ == "__main__":

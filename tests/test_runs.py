@@ -549,7 +549,9 @@ def test_records_name_no_machine_path_and_read_back_into_this_cache(tmp_path, mo
     assert paths.make_portable(run) == []  # idempotent
 
 
-MODEL_NOTEBOOKS = ("02_target_and_gold", "03_calibration", "04_frag", "05_unlearn", "06_attacks", "07_ablations")
+MODEL_NOTEBOOKS = ("02_target_and_gold", "03_calibration", "04_frag", "05_unlearn", "06_attacks", "07_ablations",
+                   "10_sharpness")
+FP32_ONLY = ("10_sharpness",)  # measures the attack's loss in fp32, as the attack trains: no dtype to choose
 
 
 def test_every_notebook_that_loads_a_model_takes_device_and_dtype_and_passes_them_on():
@@ -559,10 +561,11 @@ def test_every_notebook_that_loads_a_model_takes_device_and_dtype_and_passes_the
         nb_file = parameters.resolve_notebook(stem)
         declared = parameters.declared_parameters(nb_file)
         assert declared["device"] == {"type": "str", "default": "auto"}, stem
-        assert declared["dtype"] == {"type": "str", "default": "auto"}, stem
+        assert declared.get("dtype") == (None if stem in FP32_ONLY else {"type": "str", "default": "auto"}), stem
         code = "\n".join("".join(c["source"]) for c in json.loads(nb_file.read_text())["cells"]
                          if c["cell_type"] == "code" and "parameters" not in c["metadata"].get("tags", []))
-        assert "numerics.resolve_device(device)" in code and "numerics.resolve_dtype(dtype, dev)" in code, stem
+        assert "numerics.resolve_device(device)" in code, stem
+        assert ("numerics.resolve_dtype(dtype, dev)" in code) == (stem not in FP32_ONLY), stem
         # every model the notebook loads goes to the run's device
         loads = re.findall(r"models\.load_model\(([^()]*(?:\([^()]*\))?[^()]*)\)", code)
         assert loads, stem
@@ -759,3 +762,17 @@ def test_the_workflow_gives_each_job_its_path_in_its_stamp_and_its_command(fake_
     commands = [line for line in out.out.splitlines() if "frag_utils run-one" in line]
     assert len(commands) == 3 and all(f"--kernels {flag}" in c for c in commands), commands
     assert f".{flag}.done" in out.out
+
+
+def test_a_measurement_of_a_checkpoint_reads_every_checkpoint_of_its_notebook_05_run_and_of_the_target_its_model():
+    specs = runs.grid("smol")
+    measures = [s for s in specs if s.notebook.stem == "10_sharpness"]
+    checkpoint = next(s for s in measures if s.params["unlearned_run"])
+    target = next(s for s in measures if s.params["model"] == "profile-target")
+    assert [(d.notebook.stem, d.name, reads) for d, reads in runs.needed_runs(checkpoint, specs)] == [
+        ("05_unlearn", checkpoint.params["unlearned_run"], None)]
+    assert [(d.notebook.stem, reads) for d, reads in runs.needed_runs(target, specs)] == [
+        ("02_target_and_gold", ("target",))]
+    # a run is named by what it measures: the model only where no notebook-05 run is named
+    assert "model=" not in checkpoint.name and "unlearned_run=" not in target.name
+    assert len({s.name for s in measures}) == len(measures)

@@ -29,6 +29,7 @@ ATTACK_PRECISION_06 = ("06_attacks.attack_precision.yaml", "06_attacks.attack_pr
 FRONTIER_05 = "05_unlearn.frontier.yaml"
 FRONTIER_06 = ("06_attacks.frontier_forget10.yaml", "06_attacks.frontier_forget05.yaml")
 FRONTIER_07 = ("07_ablations.frontier_forget10.yaml", "07_ablations.frontier_forget05.yaml")
+FRONTIER_10 = "10_sharpness.frontier.yaml"  # notebook 10 on every checkpoint the frontier attacks
 # the frontier's notebook-07 settings on the paper's 15 Table 3 checkpoints (bf16), one file per split
 TABLE3_07 = tuple(f"07_ablations.table3_{split}.yaml" for split in ("forget10", "forget05", "forget01"))
 # the forget10 Table 3 checkpoints unlearned from the target of another training seed, attacked
