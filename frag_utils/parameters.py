@@ -295,3 +295,113 @@ def params_key(params: dict, defaults: dict | None = None, notebook: str | None 
     kept = {k: v for k, v in params.items() if k != "run_name" and not (k in defaults and v == defaults[k])
             and (notebook is None or applies(notebook, k, params))}
     return json.dumps(kept, sort_keys=True, default=str)
+
+
+# Why a run's parameter differs from its notebook's default or the paper's protocol: (notebook or "*", parameter) ->
+# the reason, with the section of docs/choices.md that argues it (an anchor of that page)
+CHOICES = "docs/choices.md"
+_SMOL = "choices-for-the-smol-profile"
+_FRONTIER = "the-healthy-frontier"
+_MEASURED = "which-attack-free-signal-ranks-relearning"
+REASONS: dict[tuple[str, str], tuple[str, str]] = {
+    ("*", "data_source"): ("the synthetic TOFU stand-in the package carries (30 authors x 10 questions): nothing "
+                           "downloads", _SMOL),
+    ("*", "prompt_template"): ("OpenUnlearning's system prompt, as the paper profile uses", _SMOL),
+    ("*", "original"): ("this profile's target, notebook 02's", _SMOL),
+    ("*", "model"): ("this profile's model (SmolLM2-135M-Instruct) or its target, notebook 02's", _SMOL),
+    ("*", "eval_limit"): ("every record of every evaluation set (0: no limit)", _SMOL),
+    ("*", "max_new_tokens"): ("the synthetic answers are under 40 tokens (OpenUnlearning cuts at 200)", _SMOL),
+    ("*", "bf16"): ("the CPU computes in fp32; bf16 storage is the parameter `weights`", _SMOL),
+    ("*", "frag_n_calib"): ("calibration sequences for FRAG's activation norms, sized for the CPU", _SMOL),
+    ("*", "n_calib"): ("calibration sequences for the activation norms, sized for the CPU", _SMOL),
+    ("02_target_and_gold", "lr"): ("the 135M model learns the forget set at 2e-4 in 8 epochs; at 1e-5 it barely "
+                                   "moves", _SMOL),
+    ("02_target_and_gold", "epochs"): ("at 8 epochs forget ES is 0.89, at 6 0.77", _SMOL),
+    ("06_attacks", "lr"): ("the attack is this profile's fine-tuning recipe for one epoch: the reference's lr 1e-5 at "
+                           "batch 32 is sized for TOFU's 4,000 records and brought nothing back on these 300", _SMOL),
+    ("06_attacks", "batch_size"): ("this profile's fine-tuning recipe: batch 16 (the reference's 8 x 4 on 4,000 "
+                                   "records)", _SMOL),
+    ("06_attacks", "grad_accum"): ("this profile's fine-tuning recipe: batch 16 (the reference's 8 x 4 on 4,000 "
+                                   "records)", _SMOL),
+    ("06_attacks", "seed"): ("each healthy checkpoint is attacked at seeds 42 (attack.sh's) and 1", _FRONTIER),
+    ("05_unlearn", "seed"): ("this profile's one seed, 42, for every stage (OpenUnlearning's unlearning default: 0)",
+                             _SMOL),
+    ("05_unlearn", "weights"): ("the frontier stores its weights in fp32: bf16 storage barely moves the dense methods "
+                                "at these rates", _FRONTIER),
+    ("05_unlearn", "prune_precision"): ("the frontier prunes fp32 weights", _FRONTIER),
+    ("05_unlearn", "sparsity"): ("one of the frontier's strengths, set before any was attacked", _FRONTIER),
+    ("05_unlearn", "lr"): ("one of the frontier's strengths, set before any was attacked", _FRONTIER),
+    ("05_unlearn", "grad_accum"): ("the frontier's gradient methods step on every batch of 16", _FRONTIER),
+    ("*", "unlearned_run"): ("the notebook-05 run whose checkpoint this run reads", _FRONTIER),
+    ("*", "unlearned_runs"): ("the frontier's checkpoints of the paper's methods on this split", _FRONTIER),
+    ("*", "gold"): ("this profile's gold model, notebook 02's (the paper reads OpenUnlearning's)", _SMOL),
+    ("02_target_and_gold", "base_model"): ("the embedded SmolLM2-135M-Instruct (the paper: Llama-3.2-1B)", _SMOL),
+    ("02_target_and_gold", "batch_size"): ("the target's recipe: batch 16", _SMOL),
+    ("02_target_and_gold", "grad_accum"): ("the target's recipe: batch 16", _SMOL),
+    ("02_target_and_gold", "scheduler"): ("the target's recipe: half an epoch of warmup, then constant", _SMOL),
+    ("02_target_and_gold", "warmup_epochs"): ("the target's recipe: half an epoch of warmup, then constant", _SMOL),
+    ("02_target_and_gold", "group_by_length"): ("length-grouped batches: 1.08 padded tokens a token, not 1.31", _SMOL),
+    ("02_target_and_gold", "save_bf16"): ("saved bf16-representable, as OpenUnlearning's released checkpoints", _SMOL),
+    ("02_target_and_gold", "target_checkpoint"): ("trained here (the paper reads OpenUnlearning's released one)",
+                                                  _SMOL),
+    ("02_target_and_gold", "gold_checkpoint"): ("trained here (the paper reads OpenUnlearning's released one)", _SMOL),
+    ("02_target_and_gold", "train_limit"): ("every record (0: no limit)", _SMOL),
+    ("10_sharpness", "probe_lr"): ("the probe steps at the attack's peak rate, this profile's 2e-4", _MEASURED),
+    ("10_sharpness", "batch_size"): ("the attack's batch, 16", _MEASURED),
+}
+
+
+def paper_protocol(notebook: str, params: dict) -> dict:
+    """The paper profile's value of each parameter for a run like ``params``: from the paper profile's file of
+    ``notebook`` (``papermill_runs/params/paper/<notebook>.yaml``), the runs of the same ``method`` and
+    ``attack_data``, where they agree; else the notebook's default; {} where the paper profile has no such file."""
+    file = paths.PARAMS_DIR / "paper" / f"{notebook}.yaml"
+    if not file.is_file():
+        return {}
+    entries = load_params_file(file)
+    alike = [e for e in entries if all(e.get(k, params.get(k)) == params.get(k) for k in ("method", "attack_data"))]
+    alike = alike or entries
+    defaults = notebook_defaults(notebook)
+    out = {}
+    for k, default in defaults.items():
+        values = {repr(e.get(k, default)) for e in alike}
+        if len(values) == 1:
+            out[k] = alike[0].get(k, default)
+    return out
+
+
+def differences(notebook: str, params: dict) -> list[dict]:
+    """The parameters of a run of ``notebook`` that differ from the notebook's default or from the paper's protocol
+    (:func:`paper_protocol`), each with this run's value, both references and the reason (:data:`REASONS`: text and
+    the anchor of docs/choices.md; empty where none is recorded). Bookkeeping (``run_name``, ``profile``) left out."""
+    defaults, paper = notebook_defaults(notebook), paper_protocol(notebook, params)
+    rows = []
+    for k, v in params.items():
+        if k in ("run_name", "profile") or k not in defaults or not applies(notebook, k, params):
+            continue
+        if v != defaults[k] or (k in paper and v != paper[k]):
+            why, anchor = REASONS.get((notebook, k)) or REASONS.get(("*", k)) or (
+                ("the paper's protocol", "") if k in paper and v == paper[k] else ("", ""))
+            rows.append({"parameter": k, "this run": v, "default": defaults[k], "paper": paper.get(k, "(none)"),
+                         "why": why, "anchor": anchor})
+    return rows
+
+
+def show_differences(notebook: str, params: dict, where: str | Path | None = None) -> Any:
+    """:func:`differences` as a Markdown table for a notebook's output, each reason linked into docs/choices.md
+    relative to ``where`` (the executed notebook's folder; default the notebooks' folder)."""
+    import os
+
+    from IPython.display import Markdown
+
+    rows = differences(notebook, params)
+    if not rows:
+        return Markdown("Every parameter of this run is the notebook's default" + (
+            " and the paper's." if paper_protocol(notebook, params) else " (the paper profile has no run of it)."))
+    link = os.path.relpath(paths.REPO_ROOT / CHOICES, Path(where or paths.NOTEBOOKS_DIR).resolve())
+    lines = ["| parameter | this run | default | paper | why |", "|---|---|---|---|---|"]
+    for r in rows:
+        why = f"{r['why']} ([choices]({link}#{r['anchor']}))" if r["anchor"] else r["why"] or "(no reason recorded)"
+        lines.append(f"| `{r['parameter']}` | {_fmt(r['this run'])} | {_fmt(r['default'])} | {_fmt(r['paper'])} | "
+                     f"{why} |")
+    return Markdown("\n".join(lines))

@@ -1,10 +1,14 @@
 """Notebook 08's steps (frag_utils.report.predictors) against their definitions computed the slow way, and the
 authors' per-checkpoint rows against their printed Table 3."""
+import json
+import types
+
 import numpy as np
 import pandas as pd
 import pytest
 from scipy import stats
 
+from frag_utils import paths
 from frag_utils.report import analysis
 from frag_utils.report import predictors as P
 from frag_utils.report import stats as S
@@ -168,3 +172,20 @@ def test_the_shared_term_table_is_each_signals_partial_rho_given_es_before():
     # a signal that is ES before plus noise ranks ΔES through the shared term: given ES before, far less
     prob = shared.loc["forget_probability"]
     assert abs(prob.rho) > 0.5 and abs(prob.partial) < abs(prob.rho)
+
+
+def test_a_measurement_joins_its_checkpoint_only_while_it_measured_the_weights_the_05_record_names(monkeypatch):
+    values = dict.fromkeys(P.MEASURED, 1.0)
+
+    def measured(run, sha):
+        return {"run": f"10_sharpness/{run}", "results": {
+            "unlearned_run": run, "checkpoint_sha256": {"recorded": sha}, "row": values}}
+    found = [measured("a", "sha-a"), measured("b", "old-b"), measured("", None)]  # b redone since; the target
+    monkeypatch.setattr(P, "complete_runs", lambda notebook, profile: found if notebook == "10_sharpness" else [])
+    rec = types.SimpleNamespace(profile="t", method_by_run={
+        run: {"results": {"checkpoint_sha256": {"unlearned": sha}}} for run, sha in (("a", "sha-a"), ("b", "new-b"))})
+    table = P.measures(rec)
+    assert list(table.run) == ["05_unlearn/a"] and list(table.columns) == ["run", *P.MEASURED]
+    nb = json.loads((paths.NOTEBOOKS_DIR / "10_sharpness.ipynb").read_text())
+    code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert all(f'"{s}":' in code for s in P.MEASURED)  # notebook 10's row holds every measured signal by its name

@@ -13,7 +13,7 @@ import pandas as pd
 from .. import paths, records, runs
 from . import analysis, plots
 from .book import Table, Text, interval, sourced
-from .recorded import FRONTIER_06, Records, row
+from .recorded import FRONTIER_06, Records, complete_runs, row
 from .stats import bootstrap_partial_spearman, bootstrap_spearman, bootstrap_spearman_gap, spearman, stratified_spearman
 
 NOTEBOOK = "08_predictors"
@@ -32,6 +32,8 @@ SIGNALS = {
     "probe_es": ("probe", "ES after one attack step"),
 }
 PRE_ATTACK = tuple(s for s, (family, _) in SIGNALS.items() if family == "evaluation")
+MEASURED = tuple(s for s, (family, _) in SIGNALS.items() if family in ("measured", "probe"))  # notebook 10's
+MEASURES_NOTEBOOK = "10_sharpness"
 FRAG = "FRAG_x100"
 OUTCOMES = {"delta_es": "ΔES", "es_after": "forget ES after", "recovered": "share recovered"}
 SHORT = {"delta_es": "ΔES", "es_after": "ES after", "recovered": "share"}  # column headers of the views
@@ -61,9 +63,22 @@ def checkpoints(rec: Records, healthy_rule: str = "paper", attack_data: str = "f
                    delta_es_seeds=df.delta_es,
                    es_after_seeds=[[b + d for d in ds] for b, ds in zip(df.es, df.delta_es)])
     df = df.assign(delta_es=df.delta_es_seeds.map(np.mean), es_after=df.es_after_seeds.map(np.mean))
+    df = df.merge(measures(rec), on="run", how="left")
     keep = ["model", "method", "forget_split", "strength", *[s for s in SIGNALS if s in df],
             *[c for o in OUTCOMES for c in (o, f"{o}_seeds")], "attack_seeds", "run"]
     return df[keep]
+
+
+def measures(rec: Records) -> pd.DataFrame:
+    """The measured family of :data:`SIGNALS` by notebook-05 run (``run``): notebook 10's complete records of the
+    profile, each only while it measured the weights its 05 record names now (a 05 run redone since is not read)."""
+    found = []
+    for r in complete_runs(MEASURES_NOTEBOOK, rec.profile):
+        u = r["results"]["unlearned_run"]
+        named = rec.method_by_run.get(u, {}).get("results", {}).get("checkpoint_sha256", {}).get("unlearned")
+        if u and named and r["results"]["checkpoint_sha256"]["recorded"] == named:
+            found.append({"run": f"05_unlearn/{u}", **{s: row(r)[s] for s in MEASURED}})
+    return pd.DataFrame(found, columns=["run", *MEASURED])
 
 
 def signals(df: pd.DataFrame) -> list[str]:
