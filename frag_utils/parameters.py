@@ -346,6 +346,10 @@ REASONS: dict[tuple[str, str], tuple[str, str]] = {
                                                   _SMOL),
     ("02_target_and_gold", "gold_checkpoint"): ("trained here (the paper reads OpenUnlearning's released one)", _SMOL),
     ("02_target_and_gold", "train_limit"): ("every record (0: no limit)", _SMOL),
+    ("08_predictors", "n_boot"): ("2,000 resamples for every recorded interval (a smoke run's 200)", _MEASURED),
+    ("09_figures", "grid_05"): ("this profile's faithful grid: its Table 1 files", _SMOL),
+    ("09_figures", "grid_06"): ("this profile's faithful grid: its Table 1 files", _SMOL),
+    ("09_figures", "seeds_06"): ("this profile's attack seed repeats of Table 1", _SMOL),
     ("10_sharpness", "probe_lr"): ("the probe steps at the attack's peak rate, this profile's 2e-4", _MEASURED),
     ("10_sharpness", "batch_size"): ("the attack's batch, 16", _MEASURED),
 }
@@ -372,16 +376,20 @@ def paper_protocol(notebook: str, params: dict) -> dict:
 
 def differences(notebook: str, params: dict) -> list[dict]:
     """The parameters of a run of ``notebook`` that differ from the notebook's default or from the paper's protocol
-    (:func:`paper_protocol`), each with this run's value, both references and the reason (:data:`REASONS`: text and
-    the anchor of docs/choices.md; empty where none is recorded). Bookkeeping (``run_name``, ``profile``) left out."""
+    (:func:`paper_protocol`), each with this run's value, both references and the reason (:data:`REASONS`, the
+    smol profile's: text and the anchor of docs/choices.md; empty where none is recorded). Parameters that do not
+    apply to the run (:func:`applies`) and bookkeeping (``run_name``, ``profile``) are left out."""
     defaults, paper = notebook_defaults(notebook), paper_protocol(notebook, params)
     rows = []
     for k, v in params.items():
         if k in ("run_name", "profile") or k not in defaults or not applies(notebook, k, params):
             continue
         if v != defaults[k] or (k in paper and v != paper[k]):
-            why, anchor = REASONS.get((notebook, k)) or REASONS.get(("*", k)) or (
-                ("the paper's protocol", "") if k in paper and v == paper[k] else ("", ""))
+            why, anchor = REASONS.get((notebook, k)) or REASONS.get(("*", k)) or ("", "")
+            if k in paper and v == paper[k]:
+                why, anchor = "the paper's protocol", ""
+            elif params.get("profile") == "tiny":  # the reasons are the smol profile's
+                why, anchor = "the tiny smoke run: the notebook's default, small and fast", ""
             rows.append({"parameter": k, "this run": v, "default": defaults[k], "paper": paper.get(k, "(none)"),
                          "why": why, "anchor": anchor})
     return rows

@@ -668,3 +668,59 @@ def verify(run: str, workdir: str | os.PathLike | None = None) -> list[dict]:
     on = {k: env.get(k) for k in (*kernel_paths.ALL_CAPS, paths.KERNELS_ENV)}  # None: unset
     with cache as root, environment(FRAG_CACHE_DIR=root, FRAG_MODELS_DIR=str(paths.models_dir()), **on):
         return [{"run": f"{s.notebook.stem}/{s.name}", **remake(s, "make verify")} for s in chain]  # kernels too
+
+
+def matched_l2(match_l2_run: str, params: dict) -> float | None:
+    """The update norm a matched-norm control of notebook 05 is made to: the global L2 of the recorded notebook-05
+    run ``match_l2_run`` (times ``noise_scale`` for ``method`` noise), or None without one.
+
+    Raises:
+        ValueError: noise without a run to match or a positive scale, a method that is not a control, or a run
+            made from another original, split or profile.
+    """
+    method, profile = params["method"], params["profile"]
+    if method == "noise" and not (match_l2_run and params["noise_scale"] > 0):
+        raise ValueError("method noise scales its noise to another run's L2: set match_l2_run (a 05_unlearn run "
+                         f"folder, e.g. an FRP run) and noise_scale > 0 (got {match_l2_run!r}, "
+                         f"{params['noise_scale']}).")
+    if not match_l2_run:
+        return None
+    if method not in ("sp", "noise"):
+        raise ValueError(f"match_l2_run is a setting of the controls (method sp or noise), not of method {method!r}.")
+    from . import records
+
+    matched = records.read_run("05_unlearn", match_l2_run, profile)
+    mp = matched["provenance"]["params"]
+    mine = (profile, params["original"], params["forget_split"])
+    if (mp["profile"], mp["original"], mp["forget_split"]) != mine:
+        raise ValueError(f"match_l2_run: 05_unlearn/{match_l2_run} unlearned {mp['original']} on {mp['forget_split']} "
+                         f"(profile {mp['profile']}); this run unlearns {mine[1]} on {mine[2]} (profile {profile}).")
+    return matched["results"]["frag"]["l2_all"] * (params["noise_scale"] if method == "noise" else 1.0)
+
+
+def unlearned_checkpoints(unlearned_runs: str, profile: str, forget_split: str) -> dict[str, str]:
+    """The checkpoints notebook 07 scores, by notebook-05 run: those ``unlearned_runs`` names (comma-separated), or
+    with ``all`` every recorded run of ``profile`` on ``forget_split``; gold models (not updates of the target) left
+    out.
+
+    Raises:
+        FileNotFoundError: a named run's checkpoint is not in the cache, with the command that remakes it.
+    """
+    from . import models, records
+
+    folder = paths.RUNS_DIR / "05_unlearn"
+    names = ([p.name for p in sorted(folder.iterdir())] if unlearned_runs == "all"
+             else [n.strip() for n in unlearned_runs.split(",") if n.strip()])
+    found = {}
+    for n in names:
+        rec = records.read_json(folder / n / paths.RESULTS_FILE)
+        p = rec["provenance"]["params"]
+        if unlearned_runs == "all" and (p["profile"] != profile or p["forget_split"] != forget_split):
+            continue
+        if rec["results"]["method"] == "gold":  # not an update of the target
+            continue
+        if not models.is_checkpoint(rec["results"]["unlearned"]):
+            raise FileNotFoundError(f"The checkpoint of 05_unlearn/{n} is not in the cache; re-create it with "
+                                    f"`make reproduce PROFILE={profile} SELECT=05_unlearn/{n} FORCE=1`.")
+        found[n] = rec["results"]["unlearned"]
+    return found

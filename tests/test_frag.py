@@ -221,3 +221,30 @@ def test_moved_weights_are_counted_directly(setup):
     n = sum(w0[f"{m}.weight"].numel() for m in xf)
     direct = sum(int((wu[f"{m}.weight"] != w0[f"{m}.weight"]).sum()) for m in xf)
     assert res.n_moved == direct == 6 and res.summary()["moved_fraction"] == pytest.approx(6 / n)
+
+
+def test_toy_layer_written_out_entry_by_entry():
+    """Notebook 04's worked example: F, R, D and the cosines by loops over entries, each norm scaling
+    its input column (a non-square layer, so a row-wise broadcast could not pass), against compute_frag."""
+    w0 = [[1.0, -2.0, 0.5, 1.0], [-1.0, 1.0, 2.0, -0.5], [2.0, 0.5, -1.0, 1.0]]  # [d_out=3, d_in=4]
+    wu = [row[:] for row in w0]
+    wu[0][0] = wu[2][0] = 0.0
+    wu[1][2] = 1.5
+    xf, xr = [2.0, 1.0, 1.0, 0.5], [0.5, 1.0, 2.0, 1.0]  # [d_in]
+    eps, gamma = 1e-6, 0.5
+    assert frag.EPS == eps  # the value notebook 04 states
+    f, r, d = [], [], []
+    for i in range(3):
+        for j in range(4):
+            f.append(abs(w0[i][j]) * xf[j] / (xr[j] + eps))
+            r.append(abs(w0[i][j]) * xr[j] / (xf[j] + eps))
+            d.append((wu[i][j] - w0[i][j]) ** 2)
+
+    def cos(a, b):
+        return sum(x * y for x, y in zip(a, b)) / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
+
+    res = frag.compute_frag({"toy.weight": torch.tensor(w0)}, {"toy.weight": torch.tensor(wu)},
+                            {"toy": torch.tensor(xf)}, {"toy": torch.tensor(xr)}, gamma)
+    assert (res.a_f, res.a_r, res.frag) == pytest.approx((cos(f, d), cos(r, d), cos(f, d) - gamma * cos(r, d)),
+                                                         rel=1e-12, abs=1e-12)
+    assert res.n_moved == 3 and res.l2_scored == pytest.approx(math.sqrt(1 + 4 + 0.25), rel=1e-12)

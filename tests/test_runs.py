@@ -776,3 +776,43 @@ def test_a_measurement_of_a_checkpoint_reads_every_checkpoint_of_its_notebook_05
     # a run is named by what it measures: the model only where no notebook-05 run is named
     assert "model=" not in checkpoint.name and "unlearned_run=" not in target.name
     assert len({s.name for s in measures}) == len(measures)
+
+
+def _record_05(tmp_path, name, **params):
+    folder = tmp_path / "runs" / "05_unlearn" / name
+    folder.mkdir(parents=True)
+    p = {"profile": "t", "original": "profile-target", "forget_split": "forget10", **params}
+    results = {"method": p.get("method", "frp"), "unlearned": str(tmp_path / "ckpt" / name), "frag": {"l2_all": 2.5}}
+    (folder / paths.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": p}, "results": results}))
+
+
+def test_a_controls_update_norm_is_the_matched_runs_l2_and_a_mismatch_is_refused_in_words(tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "RUNS_DIR", tmp_path / "runs")
+    _record_05(tmp_path, "frp_run")
+    _record_05(tmp_path, "other_split", forget_split="forget05")
+    mine = {"profile": "t", "original": "profile-target", "forget_split": "forget10", "noise_scale": 2.0}
+    assert runs.matched_l2("frp_run", {**mine, "method": "sp"}) == 2.5
+    assert runs.matched_l2("frp_run", {**mine, "method": "noise"}) == 5.0  # noise_scale times the run's L2
+    assert runs.matched_l2("", {**mine, "method": "frp"}) is None
+    with pytest.raises(ValueError, match="method noise scales its noise"):
+        runs.matched_l2("", {**mine, "method": "noise"})
+    with pytest.raises(ValueError, match="setting of the controls"):
+        runs.matched_l2("frp_run", {**mine, "method": "ga"})
+    with pytest.raises(ValueError, match="unlearned profile-target on forget05"):
+        runs.matched_l2("other_split", {**mine, "method": "sp"})
+
+
+def test_notebook_07_scores_the_named_checkpoints_or_every_one_of_its_split_but_gold_models(tmp_path, monkeypatch):
+    from frag_utils import models
+
+    monkeypatch.setattr(paths, "RUNS_DIR", tmp_path / "runs")
+    monkeypatch.setattr(models, "is_checkpoint", lambda path: not str(path).endswith("missing"))
+    _record_05(tmp_path, "a")
+    _record_05(tmp_path, "b_forget05", forget_split="forget05")
+    _record_05(tmp_path, "gold", method="gold")
+    _record_05(tmp_path, "missing")
+    assert list(runs.unlearned_checkpoints("a, b_forget05", "t", "forget10")) == ["a", "b_forget05"]
+    with pytest.raises(FileNotFoundError, match="05_unlearn/missing is not in the cache.*FORCE=1"):
+        runs.unlearned_checkpoints("all", "t", "forget10")
+    monkeypatch.setattr(models, "is_checkpoint", lambda path: True)
+    assert list(runs.unlearned_checkpoints("all", "t", "forget10")) == ["a", "missing"]  # its split, no gold

@@ -240,3 +240,22 @@ def predictor_forest(ranks: pd.DataFrame, authors: pd.DataFrame, split: str = "b
                  f"of {methods} methods", fontsize=9)
     fig.tight_layout(rect=(0, 0, 0.82, 0.95))
     return fig
+
+
+def placed(df: pd.DataFrame, here: pd.Series, signals: Any) -> Any:
+    """ΔES (seed mean) against each of ``signals`` over notebook 08's checkpoints, a colour per method, the checkpoint
+    ``here`` circled."""
+    plt, sns = _pyplot()
+    colour = colours(sns, df.model.unique())
+    fig, axes = plt.subplots(1, len(signals), figsize=(4.2 * len(signals), 3.4), sharey=True)
+    for ax, signal in zip(np.atleast_1d(axes), signals):
+        for model, part in df.groupby("model"):
+            ax.scatter(part[signal], part.delta_es, s=18, color=colour[model], label=model, alpha=0.8)
+        ax.scatter(df.loc[here, signal], df.loc[here, "delta_es"], s=160, facecolors="none", edgecolors="black",
+                   linewidths=1.5, label="this checkpoint")
+        ax.set_xlabel(PREDICTOR_NAMES.get(signal, signal))
+    np.atleast_1d(axes)[0].set_ylabel("ΔES (mean of the attack seeds)")
+    handles, labels = np.atleast_1d(axes)[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=7, frameon=False)
+    fig.tight_layout()
+    return fig

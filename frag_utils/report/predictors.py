@@ -303,6 +303,36 @@ def recorded(profile: str) -> tuple[dict, str] | None:
     return records.read_json(spec.out_dir / paths.RESULTS_FILE), f"{NOTEBOOK}/{spec.name}"
 
 
+def place(profile: str, unlearned_run: str, signals: Sequence[str] = ("FRAG_x100", "l2_all")) -> tuple | None:
+    """Where one notebook-05 checkpoint sits among notebook 08's healthy frontier: for each of ``signals`` and ΔES
+    (its seed mean), the checkpoint's value and its rank among the checkpoints (1 the largest), beside notebook 08's
+    pooled ρ of each signal with ΔES (its record as it is, current or not); and a figure of ΔES against each signal,
+    the checkpoint marked. None where the profile has no notebook-08 record or the checkpoint is not among its
+    checkpoints.
+
+    Returns:
+        ``(table, figure, n)``.
+    """
+    (spec,) = runs.plan_run(NOTEBOOK, None, {"profile": profile})
+    file = spec.out_dir / paths.RESULTS_FILE  # as recorded, current or not: the ranks it shows are its own
+    record = records.read_json(file)["results"] if file.is_file() else {"runs": []}
+    if f"05_unlearn/{unlearned_run}" not in record["runs"]:
+        return None
+    df = checkpoints(Records(profile))
+    df = df[df.run.isin(record["runs"])].reset_index(drop=True)
+    here = df.run.eq(f"05_unlearn/{unlearned_run}")
+    ranks = pd.DataFrame(record["ranks"])
+    pooled = ranks[ranks.split.eq("both") & ranks.outcome.eq("delta_es")].set_index("signal")
+    rows = []
+    for column in (*signals, "delta_es"):
+        rank = int(df[column].rank(ascending=False, method="min")[here].iloc[0])
+        p = pooled.loc[column] if column in pooled.index else None
+        rows.append({"": SIGNALS[column][1] if column in SIGNALS else OUTCOMES[column],
+                     "this checkpoint": float(df.loc[here, column].iloc[0]), f"rank of {len(df)}": rank,
+                     "ρ with ΔES (notebook 08)": "—" if p is None else interval(p.rho, p.low, p.high)})
+    return pd.DataFrame(rows), plots.placed(df, here, signals), len(df)
+
+
 def _said(r: pd.Series) -> str:
     """What |ρ(FRAG)| − |ρ(signal)|'s interval says."""
     return "FRAG ranks better" if r.frag_beats_low > 0 else "FRAG ranks worse" if r.frag_beats_high < 0 \

@@ -1,0 +1,130 @@
+"""The executed runs the README links for stepping through the notebooks, read as a reader reads them: no cell
+ends in an error, no table is cut, and no markdown states a value for a parameter that the run set otherwise."""
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from frag_utils import parameters
+
+ROOT = Path(__file__).resolve().parents[1]
+STEP_THROUGH = "**Rerun one notebook"  # the paragraph after the README's table of executed runs
+# how markdown names a parameter's value: (parameter, words); "effective batch" is batch_size x grad_accum
+NAMED = [("lr", r"(?:lr|learning rate)"), ("weight_decay", r"weight decay"), ("effective_batch", r"effective batch"),
+         ("epochs", r"epochs?"), ("seed", r"seed"), ("gamma", r"(?:gamma|γ)")]
+NUMBER = r"(?:=|:|of)?\s*([0-9]+(?:\.[0-9]+)?(?:e-?[0-9]+)?)"
+
+
+def linked_runs() -> list[Path]:
+    """The executed notebooks of the README's table of `smol` runs, in its order."""
+    text = (ROOT / "README.md").read_text()
+    table = text[text.index("| stage | executed `smol` run |"):text.index(STEP_THROUGH)]
+    return [ROOT / link for link in re.findall(r"\]\((papermill_runs/[^)]+\.ipynb)\)", table)]
+
+
+def run_values(params: dict) -> dict:
+    """A run's parameters (its record's), with the effective batch."""
+    p = dict(params)
+    if "batch_size" in p:
+        p["effective_batch"] = p["batch_size"] * p.get("grad_accum", 1)
+    return p
+
+
+def cut_tables(nb: dict) -> list[str]:
+    """Cells whose displayed table pandas cut (its '[n rows x m columns]' footer, or '...' in a header)."""
+    found = []
+    for i, cell in enumerate(nb["cells"]):
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            plain, html = "".join(data.get("text/plain", "")), "".join(data.get("text/html", ""))
+            if re.search(r"\[\d+ rows x \d+ columns\]", plain + html) or "<th>...</th>" in html:
+                found.append(f"cell {i}")
+    return found
+
+
+def errors(nb: dict) -> list[str]:
+    return [f"cell {i}: {out.get('ename')}" for i, cell in enumerate(nb["cells"])
+            for out in cell.get("outputs", []) if out.get("output_type") == "error"]
+
+
+def contradictions(nb: dict, params: dict) -> list[str]:
+    """Values the markdown states for a parameter (`lr 1e-5`, `effective batch 32`) that differ from the run's
+    ``params``."""
+    values, found = run_values(params), []
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "markdown":
+            continue
+        text = "".join(cell["source"])
+        for param, words in NAMED:
+            if param not in values:
+                continue
+            for m in re.finditer(rf"\b{words}\s*{NUMBER}", text, flags=re.IGNORECASE):
+                if float(m.group(1)) != float(values[param]):
+                    found.append(f"cell {i}: '{m.group(0)}' but the run's {param} is {values[param]}")
+    return found
+
+
+def test_the_readme_links_an_executed_run_of_every_notebook_from_01_to_09():
+    stems = [p.parent.parent.name for p in linked_runs()]
+    assert stems == sorted(stems) and {f"0{i}" for i in range(1, 10)} <= {s[:2] for s in stems}
+    assert all(p.is_file() for p in linked_runs())
+
+
+# recorded before their notebooks showed every table whole and stopped stating the paper's values as the run's;
+# re-executed with the new cells, each is removed from here (strict: one that passes already fails the suite)
+RECORDED_BEFORE = {"04_frag", "06_attacks", "07_ablations"}
+
+
+def _marked(executed: Path):
+    stem = executed.parent.parent.name
+    mark = pytest.mark.xfail(strict=True, reason="recorded before its notebook's new cells") if (
+        stem in RECORDED_BEFORE) else ()
+    return pytest.param(executed, marks=mark, id=stem)
+
+
+@pytest.mark.parametrize("executed", [_marked(p) for p in linked_runs()])
+def test_a_linked_run_shows_no_error_no_cut_table_and_no_value_its_parameters_contradict(executed):
+    nb = json.loads(executed.read_text())
+    params = json.loads((executed.parent / "results.json").read_text())["provenance"]["params"]
+    assert errors(nb) == [] and cut_tables(nb) == [] and contradictions(nb, params) == []
+
+
+def test_the_checks_catch_a_cut_summary_and_a_threat_model_that_is_not_the_runs():
+    """The executed 06 run as it was recorded before these checks: its summary of 23 columns cut, and its opening
+    stating the paper's lr and batch while the run used lr 2e-4 and batch 16."""
+    old = json.loads((ROOT / "tests" / "fixtures" / "old_06_attack.json").read_text())
+    assert cut_tables(old) == ["cell 1"]  # the fixture keeps the opening and the summary
+    found = contradictions(old, old["params"])
+    assert any("'lr 1e-5'" in f for f in found) and any("effective batch 32" in f for f in found)
+
+
+def _choices_anchors() -> set[str]:
+    text = (ROOT / parameters.CHOICES).read_text()
+    return {re.sub(r"[^a-z0-9 -]", "", h.lower()).replace(" ", "-") for h in re.findall(r"^#+ (.+)$", text, re.M)}
+
+
+def test_every_reason_for_a_parameter_links_a_section_of_the_choices_page():
+    anchors = _choices_anchors()
+    assert {anchor for _, anchor in parameters.REASONS.values()} <= anchors
+
+
+@pytest.mark.parametrize("executed", linked_runs(), ids=lambda p: p.parent.parent.name)
+def test_every_setting_of_a_linked_run_that_is_not_the_papers_has_its_reason(executed):
+    record = json.loads((executed.parent / "results.json").read_text())["provenance"]
+    rows = parameters.differences(record["source"], record["params"])
+    assert all(r["why"] for r in rows), [r["parameter"] for r in rows if not r["why"]]
+    defaults = parameters.notebook_defaults(record["source"])
+    # exactly the parameters that differ from the notebook's default or the paper's, each read the slow way
+    paper = parameters.paper_protocol(record["source"], record["params"])
+    expected = {k for k, v in record["params"].items() if k in defaults and k not in ("run_name", "profile")
+                and parameters.applies(record["source"], k, record["params"])
+                and (v != defaults[k] or (k in paper and v != paper[k]))}
+    assert {r["parameter"] for r in rows} == expected
+
+
+def test_the_attack_runs_learning_rate_is_shown_beside_the_papers_with_its_reason():
+    record = json.loads(next(p for p in linked_runs() if p.parent.parent.name == "06_attacks").with_name(
+        "results.json").read_text())["provenance"]
+    lr = next(r for r in parameters.differences("06_attacks", record["params"]) if r["parameter"] == "lr")
+    assert (lr["this run"], lr["default"], lr["paper"]) == (2e-4, 1e-5, 1e-5) and "4,000 records" in lr["why"]
