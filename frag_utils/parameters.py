@@ -303,6 +303,7 @@ CHOICES = "docs/choices.md"
 _SMOL = "choices-for-the-smol-profile"
 _FRONTIER = "the-healthy-frontier"
 _MEASURED = "which-attack-free-signal-ranks-relearning"
+_VARIANTS = "the-attack-variants"
 REASONS: dict[tuple[str, str], tuple[str, str]] = {
     ("*", "data_source"): ("the synthetic TOFU stand-in the package carries (30 authors x 10 questions): nothing "
                            "downloads", _SMOL),
@@ -350,6 +351,11 @@ REASONS: dict[tuple[str, str], tuple[str, str]] = {
     ("09_figures", "grid_05"): ("this profile's faithful grid: its Table 1 files", _SMOL),
     ("09_figures", "grid_06"): ("this profile's faithful grid: its Table 1 files", _SMOL),
     ("09_figures", "seeds_06"): ("this profile's attack seed repeats of Table 1", _SMOL),
+    ("*", "forget_split"): ("the forget split this run studies", _SMOL),
+    ("05_unlearn", "rmu_layer"): ("the paper's layer 7 of Llama's 16 at the same relative depth of this model's 30",
+                                  _SMOL),
+    **{("06_attacks", k): ("one of the appendix's attack variants: one change of the grid's attack", _VARIANTS)
+       for k in ("epochs", "eval_epochs", "lora_rank", "eval_mc", "weights", "optimizer", "attack_data")},
     ("10_sharpness", "probe_lr"): ("the probe steps at the attack's peak rate, this profile's 2e-4", _MEASURED),
     ("10_sharpness", "batch_size"): ("the attack's batch, 16", _MEASURED),
 }
@@ -389,7 +395,10 @@ def differences(notebook: str, params: dict) -> list[dict]:
             if k in paper and v == paper[k]:
                 why, anchor = "the paper's protocol", ""
             elif params.get("profile") == "tiny":  # the reasons are the smol profile's
-                why, anchor = "the tiny smoke run: the notebook's default, small and fast", ""
+                why, anchor = ("the tiny smoke run: the notebook's default, small and fast" if v == defaults[k] else
+                               "set for this smoke run", "")
+            elif f"{k}=" in str(params.get("run_name", "")) and not why:  # a value its parameter file varies
+                why, anchor = "what this run studies: its parameter file varies it (the file's header says why)", ""
             rows.append({"parameter": k, "this run": v, "default": defaults[k], "paper": paper.get(k, "(none)"),
                          "why": why, "anchor": anchor})
     return rows

@@ -698,12 +698,13 @@ def matched_l2(match_l2_run: str, params: dict) -> float | None:
     return matched["results"]["frag"]["l2_all"] * (params["noise_scale"] if method == "noise" else 1.0)
 
 
-def unlearned_checkpoints(unlearned_runs: str, profile: str, forget_split: str) -> dict[str, str]:
+def unlearned_checkpoints(unlearned_runs: str, profile: str, forget_split: str, original: str) -> dict[str, str]:
     """The checkpoints notebook 07 scores, by notebook-05 run: those ``unlearned_runs`` names (comma-separated), or
-    with ``all`` every recorded run of ``profile`` on ``forget_split``; gold models (not updates of the target) left
-    out.
+    with ``all`` every recorded run of ``profile`` on ``forget_split`` from ``original``; gold models (not updates of
+    the target) left out.
 
     Raises:
+        ValueError: a named run of another profile, split or original (its update is not against this W0).
         FileNotFoundError: a named run's checkpoint is not in the cache, with the command that remakes it.
     """
     from . import models, records
@@ -715,8 +716,13 @@ def unlearned_checkpoints(unlearned_runs: str, profile: str, forget_split: str) 
     for n in names:
         rec = records.read_json(folder / n / paths.RESULTS_FILE)
         p = rec["provenance"]["params"]
-        if unlearned_runs == "all" and (p["profile"] != profile or p["forget_split"] != forget_split):
+        if unlearned_runs == "all" and (p["profile"] != profile or p["forget_split"] != forget_split
+                                        or p.get("original") != original):
             continue
+        if (p["profile"], p["forget_split"], p.get("original")) != (profile, forget_split, original):
+            raise ValueError(f"05_unlearn/{n} unlearned {p.get('original')} on {p['forget_split']} (profile "
+                             f"{p['profile']}); this run scores updates of {original} on {forget_split} (profile "
+                             f"{profile}): name runs of the same original and split.")
         if rec["results"]["method"] == "gold":  # not an update of the target
             continue
         if not models.is_checkpoint(rec["results"]["unlearned"]):

@@ -382,3 +382,29 @@ def test_lora_scaling_is_alpha_over_rank_with_alpha_defaulting_to_twice_the_rank
     scales = [m.scaling["default"] for name, m in model.named_modules()
               if name.endswith("q_proj") and hasattr(m, "scaling")]
     assert scales and all(s == scaling for s in scales)
+
+
+def test_the_model_to_attack_is_its_05_runs_checkpoint_checked_against_this_runs_data(tmp_path, monkeypatch):
+    import json
+
+    from frag_utils import paths
+
+    monkeypatch.setattr(paths, "RUNS_DIR", tmp_path / "runs")
+    folder = tmp_path / "runs" / "05_unlearn" / "u"
+    folder.mkdir(parents=True)
+    made = {"profile": "t", "data_source": "synthetic", "forget_split": "forget10", "prompt_template": "model",
+            "weights": "bf16"}
+    results = {"unlearned": str(tmp_path / "ckpt"), "method": "npo", "row": {"FRAG_x100": 1.5},
+               "checkpoint_sha256": {"unlearned": "abc"}}
+    (folder / paths.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": made}, "results": results}))
+    mine = {k: made[k] for k in ("data_source", "forget_split", "prompt_template")}
+    with pytest.raises(FileNotFoundError, match="05_unlearn/u is not in the cache.*SELECT=05_unlearn/u FORCE=1"):
+        A.model_to_attack("t", "u", "tiny", mine)
+    monkeypatch.setattr(models, "is_checkpoint", lambda path: True)
+    got = A.model_to_attack("t", "u", "tiny", mine)
+    assert got == {"path": str(tmp_path / "ckpt"), "method": "npo", "weights": "bf16", "row": {"FRAG_x100": 1.5},
+                   "sha256": "abc"}
+    with pytest.raises(ValueError, match=r"other data or prompts.*'forget_split': \('forget10', 'forget05'\)"):
+        A.model_to_attack("t", "u", "tiny", {**mine, "forget_split": "forget05"})
+    named = A.model_to_attack("t", "", "tiny", mine)  # no 05 run: the model named, nothing recorded
+    assert (named["method"], named["row"], named["sha256"]) == ("model", {}, None)

@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from frag_utils import paths
+from frag_utils import paths, runs
 from frag_utils.report import analysis
 from frag_utils.report import predictors as P
 from frag_utils.report import stats as S
@@ -174,18 +174,51 @@ def test_the_shared_term_table_is_each_signals_partial_rho_given_es_before():
     assert abs(prob.rho) > 0.5 and abs(prob.partial) < abs(prob.rho)
 
 
-def test_a_measurement_joins_its_checkpoint_only_while_it_measured_the_weights_the_05_record_names(monkeypatch):
-    values = dict.fromkeys(P.MEASURED, 1.0)
-
-    def measured(run, sha):
-        return {"run": f"10_sharpness/{run}", "results": {
-            "unlearned_run": run, "checkpoint_sha256": {"recorded": sha}, "row": values}}
-    found = [measured("a", "sha-a"), measured("b", "old-b"), measured("", None)]  # b redone since; the target
-    monkeypatch.setattr(P, "complete_runs", lambda notebook, profile: found if notebook == "10_sharpness" else [])
-    rec = types.SimpleNamespace(profile="t", method_by_run={
-        run: {"results": {"checkpoint_sha256": {"unlearned": sha}}} for run, sha in (("a", "sha-a"), ("b", "new-b"))})
+def test_a_measurement_joins_its_checkpoint_only_from_the_frontier_file_and_of_the_weights_its_05_run_names(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(paths, "RUNS_DIR", tmp_path / "runs")
+    (tmp_path / "params").mkdir()
+    file = tmp_path / "params" / P.FRONTIER_10
+    file.write_text("- {profile: t, unlearned_run: a}\n- {profile: t, unlearned_run: b}\n"
+                    "- {profile: t, unlearned_run: c}\n- {profile: t, model: profile-target}\n")
+    planned = runs.plan_run(P.MEASURES_NOTEBOOK, file)
+    shas = {"a": "sha-a", "b": "sha-b-then", "c": "sha-c", "": None}  # what each run measured
+    # a second, complete run of a's checkpoint with another setting: not the frontier file's run, never read
+    other = runs.plan_run(P.MEASURES_NOTEBOOK, None, {"profile": "t", "unlearned_run": "a", "probe_lr": 1e-3})[0]
+    for spec in [*planned, other]:
+        u = spec.params["unlearned_run"]
+        spec.out_dir.mkdir(parents=True)
+        spec.executed.write_text("{}")
+        results = {"unlearned_run": u, "checkpoint_sha256": {"measured": shas[u], "recorded": shas[u]},
+                   "weights_as_recorded": u != "c", "row": dict.fromkeys(P.MEASURED, 1.0)}
+        (spec.out_dir / paths.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": spec.params},
+                                                                   "results": results}))
+    rec = types.SimpleNamespace(profile="t", planned=lambda nb, f: runs.plan_run(nb, tmp_path / "params" / f),
+                                method_by_run={run: {"results": {"checkpoint_sha256": {"unlearned": sha}}} for run, sha
+                                               in (("a", "sha-a"), ("b", "sha-b-now"), ("c", "sha-c"))})
     table = P.measures(rec)
+    # b's 05 run was redone since it was measured; c's measurement drifted from its record's weights; the target
+    # belongs to no 05 run
     assert list(table.run) == ["05_unlearn/a"] and list(table.columns) == ["run", *P.MEASURED]
     nb = json.loads((paths.NOTEBOOKS_DIR / "10_sharpness.ipynb").read_text())
     code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     assert all(f'"{s}":' in code for s in P.MEASURED)  # notebook 10's row holds every measured signal by its name
+
+
+def test_a_checkpoint_is_placed_by_its_seed_mean_recovery_and_its_rank_among_notebook_08s_checkpoints():
+    run = "smol.frontier__forget_split=forget10__frp_veto=0__method=frp__sparsity=0.005"
+    table, figure, n = P.place("smol", run)
+    record = json.loads((paths.RUNS_DIR / "08_predictors" / "smol" / paths.RESULTS_FILE).read_text())["results"]
+    assert n == record["checkpoints"] == len(record["runs"])
+    # ΔES: the mean over its two recorded forget+retain attacks (seeds 42 and 1), read from their records
+    attacks = [json.loads((paths.RUNS_DIR / "06_attacks" / f"smol.frontier_forget10__seed={seed}__unlearned_run={run}"
+                           / paths.RESULTS_FILE).read_text())["results"]["row"]["delta_es"] for seed in (42, 1)]
+    delta = table.set_index("").loc["ΔES"]
+    assert delta["this checkpoint"] == pytest.approx(np.mean(attacks))
+    frag = table.set_index("").loc["FRAG's gap"]
+    unlearned = json.loads((paths.RUNS_DIR / "05_unlearn" / run / paths.RESULTS_FILE).read_text())["results"]["row"]
+    others = [json.loads((paths.RUNS_DIR / r / paths.RESULTS_FILE).read_text())["results"]["row"]["FRAG_x100"]
+              for r in record["runs"]]
+    assert frag["this checkpoint"] == unlearned["FRAG_x100"]
+    assert frag[f"rank of {n}"] == 1 + sum(f > unlearned["FRAG_x100"] for f in others)  # 1 the largest
+    assert P.place("smol", "no such run") is None and P.place("tiny", run) is None

@@ -809,10 +809,15 @@ def test_notebook_07_scores_the_named_checkpoints_or_every_one_of_its_split_but_
     monkeypatch.setattr(models, "is_checkpoint", lambda path: not str(path).endswith("missing"))
     _record_05(tmp_path, "a")
     _record_05(tmp_path, "b_forget05", forget_split="forget05")
+    _record_05(tmp_path, "c_seed43", original="profile-target-seed43")
     _record_05(tmp_path, "gold", method="gold")
     _record_05(tmp_path, "missing")
-    assert list(runs.unlearned_checkpoints("a, b_forget05", "t", "forget10")) == ["a", "b_forget05"]
+    mine = ("t", "forget10", "profile-target")
+    assert list(runs.unlearned_checkpoints("a, gold", *mine)) == ["a"]
+    for other in ("b_forget05", "c_seed43"):  # an update of another split or target: not against this W0
+        with pytest.raises(ValueError, match=f"05_unlearn/{other} unlearned .*name runs of the same original"):
+            runs.unlearned_checkpoints(f"a,{other}", *mine)
     with pytest.raises(FileNotFoundError, match="05_unlearn/missing is not in the cache.*FORCE=1"):
-        runs.unlearned_checkpoints("all", "t", "forget10")
+        runs.unlearned_checkpoints("all", *mine)
     monkeypatch.setattr(models, "is_checkpoint", lambda path: True)
-    assert list(runs.unlearned_checkpoints("all", "t", "forget10")) == ["a", "missing"]  # its split, no gold
+    assert list(runs.unlearned_checkpoints("all", *mine)) == ["a", "missing"]  # its split and target, no gold

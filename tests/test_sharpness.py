@@ -116,3 +116,26 @@ def test_the_probe_is_one_adamw_step_of_the_attack_at_its_peak_rate(partly_train
     assert not (tmp_path / "w").exists()  # no state kept: a probe is never resumed
     with pytest.raises(ValueError, match="steps must be at least 1"):
         sharpness.probe(partly_trained, tokenizer, records, config, tmp_path / "w", steps=0)
+
+
+def test_the_probes_step_is_on_the_batch_the_attack_draws_first(partly_trained, tokenizer, tmp_path, monkeypatch):
+    from frag_utils import data
+
+    records = [{"question": r["question"], "answer": r["answer"]} for r in data.load_split("synthetic", "full")[:48]]
+    seen = []
+    step = train.AnswerLossTrainer.compute_loss
+
+    def recording(self, model, inputs, *args, **kwargs):
+        seen.append(inputs["input_ids"].clone())
+        return step(self, model, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(train.AnswerLossTrainer, "compute_loss", recording)
+    config = attacks.AttackConfig(lr=1e-3, batch_size=16, grad_accum=1, seed=42, device="cpu")
+    attacks.relearn(copy.deepcopy(partly_trained), tokenizer, records, config, tmp_path / "attack")
+    first_of_attack, seen[:] = seen[0], []
+    sharpness.probe(copy.deepcopy(partly_trained), tokenizer, records, config, tmp_path / "probe")
+    assert len(seen) == 1 and torch.equal(seen[0], first_of_attack)  # one step, on the attack's first batch of 16
+    other_seed = attacks.AttackConfig(lr=1e-3, batch_size=16, grad_accum=1, seed=1, device="cpu")
+    seen.clear()
+    sharpness.probe(copy.deepcopy(partly_trained), tokenizer, records, other_seed, tmp_path / "probe")
+    assert not torch.equal(seen[0], first_of_attack)  # the seed draws the batch

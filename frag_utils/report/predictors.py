@@ -13,7 +13,7 @@ import pandas as pd
 from .. import paths, records, runs
 from . import analysis, plots
 from .book import Table, Text, interval, sourced
-from .recorded import FRONTIER_06, Records, complete_runs, row
+from .recorded import FRONTIER_06, FRONTIER_10, Records, row
 from .stats import bootstrap_partial_spearman, bootstrap_spearman, bootstrap_spearman_gap, spearman, stratified_spearman
 
 NOTEBOOK = "08_predictors"
@@ -70,15 +70,20 @@ def checkpoints(rec: Records, healthy_rule: str = "paper", attack_data: str = "f
 
 
 def measures(rec: Records) -> pd.DataFrame:
-    """The measured family of :data:`SIGNALS` by notebook-05 run (``run``): notebook 10's complete records of the
-    profile, each only while it measured the weights its 05 record names now (a 05 run redone since is not read)."""
+    """The measured family of :data:`SIGNALS` by notebook-05 run (``run``): the complete runs of notebook 10's
+    frontier file (:data:`FRONTIER_10`; a run with other settings is not read), each only while the weights it
+    measured are those its 05 record names now (bit for bit: a 05 run redone since, or a remake that drifted, is
+    not read)."""
     found = []
-    for r in complete_runs(MEASURES_NOTEBOOK, rec.profile):
-        u = r["results"]["unlearned_run"]
+    for spec in rec.planned(MEASURES_NOTEBOOK, FRONTIER_10):
+        if not spec.is_complete():
+            continue
+        r = records.read_json(spec.out_dir / paths.RESULTS_FILE)["results"]
+        u = r["unlearned_run"]
         named = rec.method_by_run.get(u, {}).get("results", {}).get("checkpoint_sha256", {}).get("unlearned")
-        if u and named and r["results"]["checkpoint_sha256"]["recorded"] == named:
-            found.append({"run": f"05_unlearn/{u}", **{s: row(r)[s] for s in MEASURED}})
-    return pd.DataFrame(found, columns=["run", *MEASURED])
+        if u and named and r["weights_as_recorded"] and r["checkpoint_sha256"]["measured"] == named:
+            found.append({"run": f"05_unlearn/{u}", **{s: r["row"][s] for s in MEASURED}})
+    return pd.DataFrame(found, columns=["run", *MEASURED]).drop_duplicates("run", keep=False)
 
 
 def signals(df: pd.DataFrame) -> list[str]:
@@ -321,6 +326,8 @@ def place(profile: str, unlearned_run: str, signals: Sequence[str] = ("FRAG_x100
     df = checkpoints(Records(profile))
     df = df[df.run.isin(record["runs"])].reset_index(drop=True)
     here = df.run.eq(f"05_unlearn/{unlearned_run}")
+    if not here.any():  # no longer among the checkpoints (its 05 run redone, or no longer healthy)
+        return None
     ranks = pd.DataFrame(record["ranks"])
     pooled = ranks[ranks.split.eq("both") & ranks.outcome.eq("delta_es")].set_index("signal")
     rows = []
