@@ -226,7 +226,8 @@ def predictor_forest(ranks: pd.DataFrame, authors: pd.DataFrame, split: str = "b
         ax.axvline(0, color="grey", lw=0.8)
         ax.set_xlim(-1.05, 1.05)
         ax.set_xlabel(f"Spearman ρ with {names.get(outcome, outcome)}")
-        ax.set_yticks(y, [words[s] for s in order])
+        counts = t.groupby("signal").n.max()  # a signal recorded on fewer checkpoints says on how many
+        ax.set_yticks(y, [words[s] + (f" (n = {counts[s]})" if counts[s] < counts.max() else "") for s in order])
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], color=palette[i], marker="o", lw=1.6, label=f) for f, i in FAMILY_COLOURS.items()

@@ -162,9 +162,11 @@ def best_pre_attack(table: pd.DataFrame, outcome: str, discovery: str = "forget1
 
 
 def partial_table(df: pd.DataFrame, table: pd.DataFrame, n_boot: int, discovery: str = "forget10",
-                  of: Sequence[str] = ("FRAG_x100", "l2_all")) -> pd.DataFrame:
-    """Per outcome and split, the partial ρ of each of ``of`` with the outcome given the best pre-attack signal (chosen
-    on ``discovery``), over the resamples of every ρ: what FRAG (or L2) ranks that the evaluation already did."""
+                  of: Sequence[str] | None = None) -> pd.DataFrame:
+    """Per outcome and split, the partial ρ of each of ``of`` (default: FRAG, L2 and the measured signals ``df``
+    holds) with the outcome given the best pre-attack signal (chosen on ``discovery``), over the resamples of every
+    ρ: what each ranks that the evaluation already did."""
+    of = of or ("FRAG_x100", "l2_all", *[s for s in MEASURED if s in signals(df)])
     rows = []
     for outcome in dict.fromkeys(table.outcome):
         given = best_pre_attack(table, outcome, discovery)
