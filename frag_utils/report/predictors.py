@@ -255,7 +255,7 @@ def pooled_view(ranks: pd.DataFrame, split: str = "both") -> pd.DataFrame:
     t = ranks[ranks.split.eq(split)]
     by = {o: t[t.outcome.eq(o)].set_index("signal") for o in OUTCOMES}
     d = by["delta_es"]
-    out = pd.DataFrame({"family": d.family, "signal": d.words,
+    out = pd.DataFrame({"family": d.family, "signal": [_named(r, d.n.max()) for _, r in d.iterrows()],
                         **{SHORT[o]: _ci(by[o].reindex(d.index)) for o in OUTCOMES},
                         "within, ΔES": _ci(d, "within_rho", "within_low", "within_high"),
                         **{f"FRAG vs it, {SHORT[o]}": _ci(by[o].reindex(d.index), "frag_beats_by", "frag_beats_low",
@@ -342,6 +342,11 @@ def place(profile: str, unlearned_run: str, signals: Sequence[str] = ("FRAG_x100
     return pd.DataFrame(rows), plots.placed(df, here, signals), len(df)
 
 
+def _named(r: pd.Series, n_all: int) -> str:
+    """A signal's words, with its n where it was recorded on fewer checkpoints than the rest."""
+    return r.words + (f" (n = {int(r.n)} of {int(n_all)})" if r.n < n_all else "")
+
+
 def _said(r: pd.Series) -> str:
     """What |ρ(FRAG)| − |ρ(signal)|'s interval says."""
     return "FRAG ranks better" if r.frag_beats_low > 0 else "FRAG ranks worse" if r.frag_beats_high < 0 \
@@ -383,7 +388,7 @@ def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], sp
         p = partial[partial.outcome.eq(outcome) & partial.split.eq(split) & partial.signal.eq(FRAG)].iloc[0]
         b = t.loc[best[outcome]]
         test = ranks[ranks.outcome.eq(outcome) & ranks.split.eq(test_split) & ranks.signal.eq(best[outcome])].iloc[0]
-        ranked = [f"{t.loc[s, 'words']} {interval(t.loc[s, 'rho'], t.loc[s, 'low'], t.loc[s, 'high'])}"
+        ranked = [f"{_named(t.loc[s], t.n.max())} {interval(t.loc[s, 'rho'], t.loc[s, 'low'], t.loc[s, 'high'])}"
                   for s in t.index if t.loc[s, "ranks"]]
         out.append(f"**{words[0].upper() + words[1:]}.** " + (
             f"Intervals that exclude 0: {'; '.join(ranked)}." if ranked else "No signal's interval excludes 0.")
