@@ -222,3 +222,16 @@ def test_a_checkpoint_is_placed_by_its_seed_mean_recovery_and_its_rank_among_not
     assert frag["this checkpoint"] == unlearned["FRAG_x100"]
     assert frag[f"rank of {n}"] == 1 + sum(f > unlearned["FRAG_x100"] for f in others)  # 1 the largest
     assert P.place("smol", "no such run") is None and P.place("tiny", run) is None
+
+
+def test_a_measured_signal_joins_the_tables_only_once_recorded_on_half_the_checkpoints():
+    df = pd.DataFrame({"FRAG_x100": np.arange(10.0), "es": np.arange(10.0)[::-1],
+                       "grad_norm_forget": [1.0, 2.0, 3.0, 4.0] + [np.nan] * 6,  # 4 of 10
+                       "probe_es": [1.0, 2.0, 3.0, 4.0, 5.0] + [np.nan] * 5})  # 5 of 10
+    assert P.signals(df) == ["FRAG_x100", "es", "probe_es"]  # an evaluation signal needs four; a measured one half
+
+
+def test_the_page_says_on_how_many_checkpoints_a_measured_signal_is_recorded_until_it_joins():
+    said = P.coverage({"grad_norm_forget": 12, "probe_es": 12, "sharpness_sam": 50}, 80)
+    assert "‖∇ forget loss‖, ES after one attack step on 12 of the 80" in said and "once recorded on 40" in said
+    assert "SAM" not in said and P.coverage({"probe_es": 40}, 80) == ""

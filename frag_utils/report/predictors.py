@@ -5,6 +5,7 @@ tables notebook 09 builds from notebook 08's record (:data:`DECLARED`, :func:`bu
 reading rules were fixed before any number (docs/choices.md, "Which attack-free signal ranks relearning?")."""
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import numpy as np
@@ -86,10 +87,17 @@ def measures(rec: Records) -> pd.DataFrame:
     return pd.DataFrame(found, columns=["run", *MEASURED]).drop_duplicates("run", keep=False)
 
 
+MEASURED_MIN_SHARE = 0.5  # a measured signal joins the tables once recorded on this share of the checkpoints
+
+
 def signals(df: pd.DataFrame) -> list[str]:
-    """The signals of :data:`SIGNALS` that ``df`` holds for at least four checkpoints and that vary (the forget set's
-    size does not on one split), in order."""
-    return [s for s in SIGNALS if s in df and df[s].notna().sum() >= 4 and df[s].nunique() > 1]
+    """The signals of :data:`SIGNALS` that ``df`` holds for at least four checkpoints (a measured one: for at least
+    :data:`MEASURED_MIN_SHARE` of them, so that a partial grid is not read as a result) and that vary (the forget
+    set's size does not on one split), in order."""
+    def enough(s: str) -> bool:
+        n = df[s].notna().sum()
+        return n >= 4 and (s not in MEASURED or n >= MEASURED_MIN_SHARE * len(df))
+    return [s for s in SIGNALS if s in df and enough(s) and df[s].nunique() > 1]
 
 
 def splits(df: pd.DataFrame) -> dict[str, pd.Series]:
@@ -376,10 +384,25 @@ def _test(test: pd.Series, chosen: pd.Series) -> str:
     return "the choice holds" if holds else "not resolved"
 
 
+def coverage(measured_on: dict[str, int], n: int) -> str:
+    """What the page says of the measured signals not yet in the tables: on how many of the ``n`` checkpoints notebook
+    10 has recorded each, and when it joins (:data:`MEASURED_MIN_SHARE`)."""
+    short = {s: k for s, k in measured_on.items() if k < MEASURED_MIN_SHARE * n}
+    if not short:
+        return ""
+    counts = sorted(set(short.values()))
+    said = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
+    names = ", ".join(SIGNALS[s][1] for s in short)
+    return (f"**Measured at the unlearned weights.** Notebook 10 has recorded {names} "
+            f"on {said} of the {n} checkpoints; each joins these tables once recorded on "
+            f"{math.ceil(MEASURED_MIN_SHARE * n)}.")
+
+
 def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], split: str = "both",
-            test_split: str = "forget05") -> str:
+            test_split: str = "forget05", measured_on: dict[str, int] | None = None, n: int = 0) -> str:
     """The results page's answer, per outcome over ``split``: the signals whose interval excludes 0, the best
-    pre-attack signal (and its test on ``test_split``) against FRAG, and FRAG's partial ρ given it."""
+    pre-attack signal (and its test on ``test_split``) against FRAG, and FRAG's partial ρ given it; then what
+    :func:`coverage` says of the measured signals not yet in the tables (``measured_on``, of ``n`` checkpoints)."""
     out = []
     for outcome, words in OUTCOMES.items():
         t = ranks[ranks.outcome.eq(outcome) & ranks.split.eq(split)].set_index("signal")
@@ -396,7 +419,8 @@ def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], sp
             f"{words} at {interval(test.rho, test.low, test.high)} ({_test(test, b)}). |ρ(FRAG)| − |ρ({b.words})| is "
             f"{_against(b)}. Given it, FRAG's partial ρ is {interval(p.rho, p.low, p.high)}"
             + (": FRAG adds rank information." if p.adds else ", not resolved."))
-    return "\n\n".join(out)
+    out.append(coverage(measured_on or {}, n))
+    return "\n\n".join(o for o in out if o)
 
 
 def build(book) -> dict[Table, object]:
@@ -415,5 +439,6 @@ def build(book) -> dict[Table, object]:
             SHARED: sourced(shared_view(pd.DataFrame(res["shared_term"])), [run]),
             AUTHORS_RANKS: sourced(authors, [run]), AUTHORS_WIDE: sourced(authors_view(authors), [run]),
             FOREST: sourced(plots.predictor_forest(ranks, authors), [run]),
-            VERDICT: sourced(Text(verdict(ranks, partial, res["best_pre_attack"])), [run]),
+            VERDICT: sourced(Text(verdict(ranks, partial, res["best_pre_attack"], measured_on=res.get("measured_on"),
+                                          n=res["checkpoints"])), [run]),
             HEADLINE: sourced(Text(headline(ranks, res["best_pre_attack"])), [run])}
