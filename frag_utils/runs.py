@@ -730,3 +730,23 @@ def unlearned_checkpoints(unlearned_runs: str, profile: str, forget_split: str, 
                                     f"`make reproduce PROFILE={profile} SELECT=05_unlearn/{n} FORCE=1`.")
         found[n] = rec["results"]["unlearned"]
     return found
+
+
+def which_model(model_id: str) -> dict[str, str]:
+    """Which model a run reads: its folder, its weights' sha256 (first 12 hex digits), the kernel path that made it
+    (from its ``frag_record.json``; blank for a model this package did not train) and the notebook-02 records that
+    hold the same weights. Two models of one name are told apart here: the faithful grid's target (AVX-512) and the
+    frontier's (AVX2) are both ``profile-target``, with other weights (docs/reproducibility.md)."""
+    from . import models
+
+    sha = models.weights_sha256(model_id)
+    made_on = ((models.load_record(model_id) or {}).get("cache") or {}).get("kernels") or {}
+    capped = any(v for k, v in made_on.items() if k != "cpu_capability")
+    recorded = []
+    for f in sorted((paths.RUNS_DIR / "02_target_and_gold").glob(f"*/{paths.RESULTS_FILE}")):
+        shas = json.loads(f.read_text())["results"].get("checkpoint_sha256", {})
+        recorded += [f"02_target_and_gold/{f.parent.name} ({role})" for role, s in shas.items() if sha and s == sha]
+    return {"model": str(model_id).replace(str(Path.home()), "~"),
+            "weights sha256": sha[:12] if sha else "(no local weights)",
+            "made on kernels": made_on.get("cpu_capability", "") + (", capped by the environment" if capped else ""),
+            "recorded by notebook 02": ", ".join(recorded) or "none (made by the runs that read it)"}

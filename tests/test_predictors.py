@@ -207,7 +207,7 @@ def test_a_measurement_joins_its_checkpoint_only_from_the_frontier_file_and_of_t
 
 def test_a_checkpoint_is_placed_by_its_seed_mean_recovery_and_its_rank_among_notebook_08s_checkpoints():
     run = "smol.frontier__forget_split=forget10__frp_veto=0__method=frp__sparsity=0.005"
-    table, figure, n = P.place("smol", run)
+    table, figure, n, said = P.place("smol", run)
     record = json.loads((paths.RUNS_DIR / "08_predictors" / "smol" / paths.RESULTS_FILE).read_text())["results"]
     assert n == record["checkpoints"] == len(record["runs"])
     # ΔES: the mean over its two recorded forget+retain attacks (seeds 42 and 1), read from their records
@@ -222,6 +222,10 @@ def test_a_checkpoint_is_placed_by_its_seed_mean_recovery_and_its_rank_among_not
     assert frag["this checkpoint"] == unlearned["FRAG_x100"]
     assert frag[f"rank of {n}"] == 1 + sum(f > unlearned["FRAG_x100"] for f in others)  # 1 the largest
     assert P.place("smol", "no such run") is None and P.place("tiny", run) is None
+    pooled = pd.DataFrame(record["ranks"]).query("split == 'both' and outcome == 'delta_es' and signal == 'FRAG_x100'")
+    (rho, low, high), = pooled[["rho", "low", "high"]].to_numpy()
+    assert f"FRAG's gap ranks ΔES at ρ {rho:+.2f} [{low:+.2f}, {high:+.2f}] (" + (
+        "not resolved" if low <= 0 <= high else "the interval excludes 0") in said
 
 
 def test_a_measured_signal_joins_the_tables_only_once_recorded_on_half_the_checkpoints():

@@ -821,3 +821,30 @@ def test_notebook_07_scores_the_named_checkpoints_or_every_one_of_its_split_but_
         runs.unlearned_checkpoints("all", *mine)
     monkeypatch.setattr(models, "is_checkpoint", lambda path: True)
     assert list(runs.unlearned_checkpoints("all", *mine)) == ["a", "missing"]  # its split and target, no gold
+
+
+def test_which_model_tells_two_models_of_one_name_apart_by_their_weights_and_kernels(tmp_path, monkeypatch):
+    import torch
+    from safetensors.torch import save_file
+
+    from frag_utils import models
+
+    monkeypatch.setattr(paths, "RUNS_DIR", tmp_path / "runs")
+    made = {}
+    for name, value, capability in (("faithful", 1.0, "AVX512"), ("frontier", 2.0, "AVX2")):
+        folder = tmp_path / name
+        folder.mkdir()
+        save_file({"w": torch.full((2, 3), value)}, str(folder / "model.safetensors"))
+        caps = {"ONEDNN_MAX_CPU_ISA": "AVX2"} if capability == "AVX2" else {}
+        (folder / models.RECORD_FILE).write_text(json.dumps({"cache": {"kernels": {"cpu_capability": capability,
+                                                                                    **caps}}}))
+        made[name] = folder
+    record = tmp_path / "runs" / "02_target_and_gold" / "smol" / paths.RESULTS_FILE
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({"results": {"checkpoint_sha256": {
+        "target": models.weights_sha256(made["faithful"]), "gold": "0" * 64}}}))
+    faithful, frontier = (runs.which_model(str(made[n])) for n in ("faithful", "frontier"))
+    assert faithful["weights sha256"] == models.weights_sha256(made["faithful"])[:12] != frontier["weights sha256"]
+    assert faithful["made on kernels"] == "AVX512" and frontier["made on kernels"] == "AVX2, capped by the environment"
+    assert faithful["recorded by notebook 02"] == "02_target_and_gold/smol (target)"
+    assert frontier["recorded by notebook 02"].startswith("none")

@@ -5,6 +5,8 @@ tables notebook 09 builds from notebook 08's record (:data:`DECLARED`, :func:`bu
 reading rules were fixed before any number (docs/choices.md, "Which attack-free signal ranks relearning?")."""
 from __future__ import annotations
 
+import contextlib
+import io
 import math
 from typing import Sequence
 
@@ -326,28 +328,33 @@ def place(profile: str, unlearned_run: str, signals: Sequence[str] = ("FRAG_x100
     checkpoints.
 
     Returns:
-        ``(table, figure, n)``.
+        ``(table, figure, n, said)``, ``said`` a sentence: each signal's pooled ρ and whether its interval excludes 0.
     """
     (spec,) = runs.plan_run(NOTEBOOK, None, {"profile": profile})
     file = spec.out_dir / paths.RESULTS_FILE  # as recorded, current or not: the ranks it shows are its own
     record = records.read_json(file)["results"] if file.is_file() else {"runs": []}
     if f"05_unlearn/{unlearned_run}" not in record["runs"]:
         return None
-    df = checkpoints(Records(profile))
+    with contextlib.redirect_stdout(io.StringIO()):  # the collectors' count of recorded runs: not this table's
+        df = checkpoints(Records(profile))
     df = df[df.run.isin(record["runs"])].reset_index(drop=True)
     here = df.run.eq(f"05_unlearn/{unlearned_run}")
     if not here.any():  # no longer among the checkpoints (its 05 run redone, or no longer healthy)
         return None
     ranks = pd.DataFrame(record["ranks"])
     pooled = ranks[ranks.split.eq("both") & ranks.outcome.eq("delta_es")].set_index("signal")
-    rows = []
+    rows, said = [], []
     for column in (*signals, "delta_es"):
         rank = int(df[column].rank(ascending=False, method="min")[here].iloc[0])
         p = pooled.loc[column] if column in pooled.index else None
         rows.append({"": SIGNALS[column][1] if column in SIGNALS else OUTCOMES[column],
                      "this checkpoint": float(df.loc[here, column].iloc[0]), f"rank of {len(df)}": rank,
                      "ρ with ΔES (notebook 08)": "—" if p is None else interval(p.rho, p.low, p.high)})
-    return pd.DataFrame(rows), plots.placed(df, here, signals), len(df)
+        if p is not None:
+            said.append(f"{rows[-1]['']} ranks ΔES at ρ {interval(p.rho, p.low, p.high)} (" + (
+                "not resolved: the interval includes 0" if p.low <= 0 <= p.high else "the interval excludes 0") + ")")
+    sentence = f"Over notebook 08's {len(df)} checkpoints, " + "; ".join(said) + "."
+    return pd.DataFrame(rows), plots.placed(df, here, signals), len(df), sentence
 
 
 def _named(r: pd.Series, n_all: int) -> str:
