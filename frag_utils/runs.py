@@ -212,7 +212,7 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, record_to:
         with environment(**env), heartbeat(f"{spec.notebook.stem}/{spec.name}", tmp):
             # the kernel's own log stays at errors: ipykernel 7 warns at every start that its local TCP
             # sockets are unencrypted, a line per run in the runner's output that says nothing about it
-            papermill.execute_notebook(str(spec.notebook), str(tmp), parameters=spec.params, kernel_name=kernel,
+            papermill.execute_notebook(str(spec.notebook), str(tmp), parameters=injected(spec), kernel_name=kernel,
                                        cwd=str(paths.NOTEBOOKS_DIR), progress_bar=False, log_output=False,
                                        extra_arguments=["--IPKernelApp.log_level=ERROR"])
     except Exception as err:  # not a kill (KeyboardInterrupt): a later run resumes from what it left
@@ -224,6 +224,15 @@ def execute(spec: RunSpec, force: bool = False, kernel: str = KERNEL, record_to:
     if inputs:
         (out_dir / INPUTS_FILE).write_text(inputs + "\n")
     return {"run": f"{spec.notebook.stem}/{spec.name}", "status": "done", "seconds": round(time.time() - start, 1)}
+
+
+def injected(spec: RunSpec) -> dict:
+    """The parameters papermill writes into a run's executed notebook: its ``run_name`` and ``profile``, and those
+    whose value (or type) differs from the notebook's default; the parameters cell above sets the rest to the same
+    values, so the injected cell reads as what this run changed (the record holds every value)."""
+    declared = parameters.declared_parameters(spec.notebook)
+    return {k: v for k, v in spec.params.items() if k in ("run_name", "profile") or k not in declared
+            or type(v) is not type(declared[k]["default"]) or v != declared[k]["default"]}
 
 
 HEARTBEAT_SECONDS = 120.0  # how often a running notebook says where it is (the runner's output, not the record)

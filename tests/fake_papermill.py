@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 from frag_utils import cache, paths
+from frag_utils import parameters as P
 
 STATE_ENV = "FRAG_FAKE_PAPERMILL"  # the state file; set, a new Python process installs the fake
 
@@ -74,6 +75,8 @@ def install(state: State):
             warnings.simplefilter("error")
             papermill.iorw.papermill_io.get_handler(output_path, extensions=[".ipynb", ".json"])
         nb = input_path.rsplit("/", 1)[-1].removesuffix(".ipynb")
+        # as the notebook's parameters cell does: its defaults, then what papermill injects
+        parameters = {k: d["default"] for k, d in P.declared_parameters(Path(input_path)).items()} | parameters
         with open(state.calls_file, "a") as f:
             f.write(f"{nb}/{parameters['run_name']}\n")
         n = len(state["calls"])

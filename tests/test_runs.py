@@ -848,3 +848,13 @@ def test_which_model_tells_two_models_of_one_name_apart_by_their_weights_and_ker
     assert faithful["made on kernels"] == "AVX512" and frontier["made on kernels"] == "AVX2, capped by the environment"
     assert faithful["recorded by notebook 02"] == "02_target_and_gold/smol (target)"
     assert frontier["recorded by notebook 02"].startswith("none")
+
+
+def test_an_executed_notebook_is_injected_only_what_its_run_changes_and_its_record_holds_every_value():
+    (spec,) = runs.plan_run("05_unlearn", None, {"profile": "tiny", "method": "frp", "sparsity": 0.01, "seed": 42})
+    declared = parameters.declared_parameters(spec.notebook)
+    assert declared["method"]["default"] == "frp" and declared["seed"]["default"] == 42  # both left at the default
+    shown = runs.injected(spec)
+    assert shown == {"run_name": spec.name, "profile": "tiny", "sparsity": 0.01}
+    # the notebook's parameters cell sets the rest: defaults, then the injected values, are the run's parameters
+    assert {k: d["default"] for k, d in declared.items()} | shown == spec.params

@@ -72,6 +72,17 @@ def checkpoints(rec: Records, healthy_rule: str = "paper", attack_data: str = "f
     return df[keep]
 
 
+def recovery(profile: str) -> pd.Series:
+    """ΔES of each healthy frontier checkpoint of ``profile`` (the mean over its forget+retain attack seeds) by its
+    notebook-05 run name, as notebook 08 ranks it; empty where the profile has no recorded frontier attack."""
+    with contextlib.redirect_stdout(io.StringIO()):  # the collectors' count of recorded runs
+        try:
+            df = checkpoints(Records(profile))
+        except ValueError:  # no recorded attack of the frontier
+            return pd.Series(dtype=float, name="delta_es")
+    return pd.Series(df.delta_es.to_numpy(), index=df.run.str.split("/", n=1).str[1], name="delta_es")
+
+
 def measures(rec: Records) -> pd.DataFrame:
     """The measured family of :data:`SIGNALS` by notebook-05 run (``run``): the complete runs of notebook 10's
     frontier file (:data:`FRONTIER_10`; a run with other settings is not read), each only while the weights it
