@@ -76,6 +76,17 @@ def test_no_issue_numbers_in_notebook_markdown(notebook):
     assert not hits, f"{notebook.name}'s markdown names internal work items {hits}"
 
 
+@pytest.mark.parametrize("notebook", _notebooks(), ids=lambda p: p.name)
+def test_every_notebook_is_valid_nbformat_with_an_id_on_every_cell(notebook):
+    """A cell without an id is fixed up (with a random id) by every tool that reads the notebook, and will be an
+    error in later nbformat versions."""
+    import nbformat
+
+    raw = json.loads(notebook.read_text())  # as written: nbformat.read would add the missing ids itself
+    assert [i for i, c in enumerate(raw["cells"]) if "id" not in c] == [], f"{notebook.name}: cells without an id"
+    nbformat.validate(nbformat.from_dict(raw))
+
+
 @pytest.mark.parametrize("page", _pages(), ids=lambda p: str(p.relative_to(ROOT)))
 def test_relative_links_and_anchors_resolve(page):
     broken = []
