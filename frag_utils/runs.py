@@ -750,12 +750,15 @@ def which_model(model_id: str) -> dict[str, str]:
 
     sha = models.weights_sha256(model_id)
     made_on = ((models.load_record(model_id) or {}).get("cache") or {}).get("kernels") or {}
-    capped = any(v for k, v in made_on.items() if k != "cpu_capability")
+    from .cache import KERNEL_CAPS
+
+    made_by = (f"{made_on['gpu']} (CUDA {made_on.get('cuda')})" if "gpu" in made_on else made_on.get(
+        "cpu_capability", "") + (", capped by the environment" if any(made_on.get(k) for k in KERNEL_CAPS) else ""))
     recorded = []
     for f in sorted((paths.RUNS_DIR / "02_target_and_gold").glob(f"*/{paths.RESULTS_FILE}")):
         shas = json.loads(f.read_text())["results"].get("checkpoint_sha256", {})
         recorded += [f"02_target_and_gold/{f.parent.name} ({role})" for role, s in shas.items() if sha and s == sha]
     return {"model": str(model_id).replace(str(Path.home()), "~"),
             "weights sha256": sha[:12] if sha else "(no local weights)",
-            "made on kernels": made_on.get("cpu_capability", "") + (", capped by the environment" if capped else ""),
+            "made on kernels": made_by,
             "recorded by notebook 02": ", ".join(recorded) or "none (made by the runs that read it)"}

@@ -226,6 +226,11 @@ def test_a_checkpoint_is_placed_by_its_seed_mean_recovery_and_its_rank_among_not
     (rho, low, high), = pooled[["rho", "low", "high"]].to_numpy()
     assert f"FRAG's gap ranks ΔES at ρ {rho:+.2f} [{low:+.2f}, {high:+.2f}] (" + (
         "not resolved" if low <= 0 <= high else "the interval excludes 0") in said
+    # notebook 07's recovery: the same checkpoints and seed-mean ΔES that notebook 08 ranks
+    recovered = P.recovery("smol")
+    assert sorted(recovered.index) == sorted(r.split("/", 1)[1] for r in record["runs"])
+    assert recovered[run] == pytest.approx(np.mean(attacks))
+    assert P.recovery("tiny").empty  # no recorded frontier attack
 
 
 def test_a_measured_signal_joins_the_tables_only_once_recorded_on_half_the_checkpoints():

@@ -3,6 +3,7 @@ import os
 import shutil
 import subprocess
 import sys
+import types
 
 import fake_papermill
 import pytest
@@ -848,6 +849,9 @@ def test_which_model_tells_two_models_of_one_name_apart_by_their_weights_and_ker
     assert faithful["made on kernels"] == "AVX512" and frontier["made on kernels"] == "AVX2, capped by the environment"
     assert faithful["recorded by notebook 02"] == "02_target_and_gold/smol (target)"
     assert frontier["recorded by notebook 02"].startswith("none")
+    (made["frontier"] / models.RECORD_FILE).write_text(json.dumps({"cache": {"kernels": {"gpu": "NVIDIA H100",
+                                                                                      "cuda": "12.4"}}}))
+    assert runs.which_model(str(made["frontier"]))["made on kernels"] == "NVIDIA H100 (CUDA 12.4)"
 
 
 def test_an_executed_notebook_is_injected_only_what_its_run_changes_and_its_record_holds_every_value():
@@ -858,3 +862,7 @@ def test_an_executed_notebook_is_injected_only_what_its_run_changes_and_its_reco
     assert shown == {"run_name": spec.name, "profile": "tiny", "sparsity": 0.01}
     # the notebook's parameters cell sets the rest: defaults, then the injected values, are the run's parameters
     assert {k: d["default"] for k, d in declared.items()} | shown == spec.params
+    # a value equal to the default but of another type (0 for 0.0) is passed: the notebook would see its own type
+    assert declared["sparsity"]["default"] == 0.0 and isinstance(declared["sparsity"]["default"], float)
+    assert runs.injected(types.SimpleNamespace(notebook=spec.notebook, params={**spec.params, "sparsity": 0}))[
+        "sparsity"] == 0

@@ -361,10 +361,10 @@ def place(profile: str, unlearned_run: str, signals: Sequence[str] = ("FRAG_x100
         rows.append({"": SIGNALS[column][1] if column in SIGNALS else OUTCOMES[column],
                      "this checkpoint": float(df.loc[here, column].iloc[0]), f"rank of {len(df)}": rank,
                      "ρ with ΔES (notebook 08)": "—" if p is None else interval(p.rho, p.low, p.high)})
-        if p is not None:
-            said.append(f"{rows[-1]['']} ranks ΔES at ρ {interval(p.rho, p.low, p.high)} (" + (
-                "not resolved: the interval includes 0" if p.low <= 0 <= p.high else "the interval excludes 0") + ")")
-    sentence = f"Over notebook 08's {len(df)} checkpoints, " + "; ".join(said) + "."
+        if p is not None and np.isfinite([p.low, p.high]).all():
+            verdict = "the interval excludes 0" if p.low > 0 or p.high < 0 else "not resolved: the interval includes 0"
+            said.append(f"{rows[-1]['']} ranks ΔES at ρ {interval(p.rho, p.low, p.high)} ({verdict})")
+    sentence = f"Over notebook 08's {len(df)} checkpoints, " + "; ".join(said) + "." if said else ""
     return pd.DataFrame(rows), plots.placed(df, here, signals), len(df), sentence
 
 
