@@ -747,11 +747,10 @@ def which_model(model_id: str) -> dict[str, str]:
     hold the same weights. Two models of one name are told apart here: the faithful grid's target (AVX-512) and the
     frontier's (AVX2) are both ``profile-target``, with other weights (docs/reproducibility.md)."""
     from . import models
+    from .cache import KERNEL_CAPS
 
     sha = models.weights_sha256(model_id)
     made_on = ((models.load_record(model_id) or {}).get("cache") or {}).get("kernels") or {}
-    from .cache import KERNEL_CAPS
-
     made_by = (f"{made_on['gpu']} (CUDA {made_on.get('cuda')})" if "gpu" in made_on else made_on.get(
         "cpu_capability", "") + (", capped by the environment" if any(made_on.get(k) for k in KERNEL_CAPS) else ""))
     recorded = []

@@ -76,7 +76,7 @@ def install(state: State):
             papermill.iorw.papermill_io.get_handler(output_path, extensions=[".ipynb", ".json"])
         nb = input_path.rsplit("/", 1)[-1].removesuffix(".ipynb")
         # as the notebook's parameters cell does: its defaults, then what papermill injects
-        parameters = {k: d["default"] for k, d in P.declared_parameters(Path(input_path)).items()} | parameters
+        parameters = P.notebook_defaults(input_path) | parameters
         with open(state.calls_file, "a") as f:
             f.write(f"{nb}/{parameters['run_name']}\n")
         n = len(state["calls"])

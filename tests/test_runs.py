@@ -861,7 +861,7 @@ def test_an_executed_notebook_is_injected_only_what_its_run_changes_and_its_reco
     shown = runs.injected(spec)
     assert shown == {"run_name": spec.name, "profile": "tiny", "sparsity": 0.01}
     # the notebook's parameters cell sets the rest: defaults, then the injected values, are the run's parameters
-    assert {k: d["default"] for k, d in declared.items()} | shown == spec.params
+    assert parameters.notebook_defaults(spec.notebook) | shown == spec.params
     # a value equal to the default but of another type (0 for 0.0) is passed: the notebook would see its own type
     assert declared["sparsity"]["default"] == 0.0 and isinstance(declared["sparsity"]["default"], float)
     assert runs.injected(types.SimpleNamespace(notebook=spec.notebook, params={**spec.params, "sparsity": 0}))[

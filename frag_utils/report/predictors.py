@@ -72,14 +72,20 @@ def checkpoints(rec: Records, healthy_rule: str = "paper", attack_data: str = "f
     return df[keep]
 
 
+def _checkpoints_quietly(profile: str) -> pd.DataFrame:
+    """:func:`checkpoints` of ``profile``'s records, without the collectors' count of recorded runs (a notebook's
+    aside, not its table). Raises ValueError where the profile has no recorded frontier attack."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        return checkpoints(Records(profile))
+
+
 def recovery(profile: str) -> pd.Series:
     """ΔES of each healthy frontier checkpoint of ``profile`` (the mean over its forget+retain attack seeds) by its
     notebook-05 run name, as notebook 08 ranks it; empty where the profile has no recorded frontier attack."""
-    with contextlib.redirect_stdout(io.StringIO()):  # the collectors' count of recorded runs
-        try:
-            df = checkpoints(Records(profile))
-        except ValueError:  # no recorded attack of the frontier
-            return pd.Series(dtype=float, name="delta_es")
+    try:
+        df = _checkpoints_quietly(profile)
+    except ValueError:  # no recorded attack of the frontier
+        return pd.Series(dtype=float, name="delta_es")
     return pd.Series(df.delta_es.to_numpy(), index=df.run.str.split("/", n=1).str[1], name="delta_es")
 
 
@@ -346,8 +352,7 @@ def place(profile: str, unlearned_run: str, signals: Sequence[str] = ("FRAG_x100
     record = records.read_json(file)["results"] if file.is_file() else {"runs": []}
     if f"05_unlearn/{unlearned_run}" not in record["runs"]:
         return None
-    with contextlib.redirect_stdout(io.StringIO()):  # the collectors' count of recorded runs: not this table's
-        df = checkpoints(Records(profile))
+    df = _checkpoints_quietly(profile)
     df = df[df.run.isin(record["runs"])].reset_index(drop=True)
     here = df.run.eq(f"05_unlearn/{unlearned_run}")
     if not here.any():  # no longer among the checkpoints (its 05 run redone, or no longer healthy)
