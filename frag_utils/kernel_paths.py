@@ -69,12 +69,13 @@ class Choice:
     flag: str = ""  # what the job's process is given (run-one --kernels): "" keeps the environment as it stands
 
 
-def choose(wanted: set[str], mode: str = "records", here: str | None = None) -> Choice:
+def choose(wanted: set[str], mode: str = "records", here: str | None = None, whose: str = "the records") -> Choice:
     """The path of a job that extends records made on ``wanted`` paths, on this CPU (``here``: its own path).
 
     The records' path where this CPU takes it (its own, or one of :data:`CAPS` below it); this CPU's own where
     ``mode`` is ``native``, where the records name no path or several, or where this CPU cannot take theirs (an
-    AVX-512 record on an AVX2 CPU, an x86 record on ARM), with a line that says which.
+    AVX-512 record on an AVX2 CPU, an x86 record on ARM), with a line that says which (``whose`` the paths are:
+    the records', or a run's own parameter).
 
     Raises:
         ValueError: an unknown ``mode``.
@@ -91,11 +92,11 @@ def choose(wanted: set[str], mode: str = "records", here: str | None = None) -> 
                                 f"{', '.join(sorted(wanted))})", here)
     (path,) = wanted
     if path == here:
-        return Choice(here, {}, f"kernels: {here}, as the records", here)
+        return Choice(here, {}, f"kernels: {here}, as {whose}", here)
     if path in CAPS and here == "AVX512":  # an AVX-512 CPU takes the AVX2 path under the caps
-        return Choice(path, dict(CAPS[path]), f"kernels: {path}, as the records, by the caps "
+        return Choice(path, dict(CAPS[path]), f"kernels: {path}, as {whose}, by the caps "
                                               f"{' '.join(f'{k}={v}' for k, v in CAPS[path].items())}", path)
-    return Choice(here, {}, f"kernels: {here}, this CPU's own: the records' {path} path is not available here, "
+    return Choice(here, {}, f"kernels: {here}, this CPU's own: the {path} path of {whose} is not available here, "
                             f"so their drift tables compare {here} against {path}", here)
 
 

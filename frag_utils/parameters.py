@@ -122,7 +122,43 @@ def check_parameters(notebook: Path, params: dict) -> dict:
             numerics.resolve_device(checked["device"])
         except numerics.NumericsError as err:
             raise RunError(f"Parameter 'device' of {notebook.name}: {err}") from None
+    if checked.get("kernels"):
+        _check_pinned(notebook, checked)
     return checked
+
+
+def _check_pinned(notebook: Path, params: dict) -> None:
+    """A run pinned to a CPU kernel path (parameter ``kernels``): a path :mod:`frag_utils.kernel_paths` knows, on the
+    CPU (``device`` cpu: a GPU computes on none of them)."""
+    from . import kernel_paths
+
+    if params["kernels"] not in kernel_paths.NEEDS:
+        raise RunError(f"Parameter 'kernels' of {notebook.name} must be a CPU kernel path "
+                       f"({' | '.join(kernel_paths.NEEDS)}) or \"\" (the runner's choice), got {params['kernels']!r}.")
+    if params.get("device", "auto") != "cpu":
+        raise RunError(f"Parameter 'kernels' of {notebook.name} pins the CPU kernel path {params['kernels']}, so the "
+                       f"run must compute on the CPU: set device: cpu (it is {params.get('device', 'auto')!r}), "
+                       "or leave kernels blank.")
+
+
+def check_kernel_path(params: dict) -> None:
+    """Inside a notebook: a run pinned to a kernel path (``kernels``) computes on it, or stops before it makes
+    anything. The runner starts such a run on its path (``frag run``, ``make reproduce``); papermill or Jupyter
+    started by hand do not.
+
+    Raises:
+        RunError: this process computes on another path, with how to start it on the pinned one.
+    """
+    if not params.get("kernels"):
+        return
+    import torch
+
+    here = torch.backends.cpu.get_cpu_capability()
+    if here != params["kernels"]:
+        raise RunError(f"This run is pinned to the {params['kernels']} kernel path (parameter kernels), but this "
+                       f"process computes on {here}: start it through the runner, which sets the caps before torch "
+                       f"loads (make reproduce SELECT=<run>, or python -m frag_utils run-one <notebook>/<run> "
+                       f"--kernels {params['kernels']}), or leave kernels blank.")
 
 
 def parse_cli_value(text: str) -> Any:
@@ -253,6 +289,7 @@ def current_params(notebook: str, namespace: dict) -> dict:
             raise RunError(f"{err} papermill injects parameters without checking them (its -p reads a value "
                            "that is not a number, true/false or None as a string); 'frag run' checks every "
                            "parameter before the notebook starts.") from None
+    check_kernel_path(values)
     # the values as given, not widened: the record holds what the notebook ran with
     return values
 
@@ -304,6 +341,7 @@ _SMOL = "choices-for-the-smol-profile"
 _FRONTIER = "the-healthy-frontier"
 _MEASURED = "which-attack-free-signal-ranks-relearning"
 _VARIANTS = "the-attack-variants"
+_TWIN = "the-frontiers-target-recorded-on-its-own-path"
 REASONS: dict[tuple[str, str], tuple[str, str]] = {
     ("*", "data_source"): ("the synthetic TOFU stand-in the package carries (30 authors x 10 questions): nothing "
                            "downloads", _SMOL),
@@ -352,6 +390,9 @@ REASONS: dict[tuple[str, str], tuple[str, str]] = {
     ("09_figures", "grid_06"): ("this profile's faithful grid: its Table 1 files", _SMOL),
     ("09_figures", "seeds_06"): ("this profile's attack seed repeats of Table 1", _SMOL),
     ("*", "forget_split"): ("the forget split this run studies", _SMOL),
+    ("*", "kernels"): ("the frontier's target is the AVX2 path's: this run is of that target, the one notebooks 05 "
+                       "to 10 read", _TWIN),
+    ("*", "device"): ("a run pinned to a CPU kernel path computes on the CPU", _TWIN),
     ("05_unlearn", "rmu_layer"): ("the paper's layer 7 of Llama's 16 at the same relative depth of this model's 30",
                                   _SMOL),
     **{("06_attacks", k): ("one of the appendix's attack variants: one change of the grid's attack", _VARIANTS)

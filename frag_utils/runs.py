@@ -563,7 +563,8 @@ def plan(chosen: list[RunSpec], universe: list[RunSpec], force: bool = False, ke
     (:func:`needed_runs`, in ``universe``) is a job before it when unrecorded, a remake
     (:func:`remake`) when its checkpoint is not current in the cache; a committed record stays.
     Each job computes on the kernel path of the records its chosen run extends (:func:`extends`;
-    ``kernels="native"``: this CPU's own), and so do the jobs that make what it reads.
+    ``kernels="native"``: this CPU's own; a run whose parameter ``kernels`` pins a path: that one), and so do the
+    jobs that make what it reads.
 
     Raises:
         RunError: a run reads from one nothing can make.
@@ -618,7 +619,9 @@ def plan(chosen: list[RunSpec], universe: list[RunSpec], force: bool = False, ke
                        and j.spec.params.get("profile") == spec.params.get("profile"))
         if key not in jobs and (force or others or not spec.is_complete()):
             why = "forced" if force else "what it collects changed" if collector else "unrecorded or parameters changed"
-            path = kernel_paths.choose(kernel_paths.of_records(extends(spec, universe)), kernels)
+            pinned = spec.params.get("kernels")  # a run of one path computes there, whatever the mode
+            path = (kernel_paths.choose({pinned}, whose="its parameter kernels") if pinned else
+                    kernel_paths.choose(kernel_paths.of_records(extends(spec, universe)), kernels))
             jobs[key] = Job(spec, force=force, needs=(*needs(spec, path), *others), reason=why, kernels=path)
     return list(jobs.values())
 

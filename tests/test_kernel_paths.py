@@ -64,7 +64,7 @@ def test_a_job_takes_the_records_path_where_this_cpu_can_and_says_why_where_it_c
         refused = kernel_paths.choose(wanted, here=here)
         (theirs,) = wanted
         assert (refused.path, refused.caps) == (here, {})
-        assert f"the records' {theirs} path is not available here" in refused.line and here in refused.line
+        assert f"the {theirs} path of the records is not available here" in refused.line and here in refused.line
     assert kernel_paths.choose({"AVX2"}, "native", here="AVX512").caps == {}  # --kernels native
     assert "several paths: AVX2, AVX512" in kernel_paths.choose({"AVX2", "AVX512"}, here="AVX512").line
     assert kernel_paths.choose(set(), here="AVX512").caps == {}

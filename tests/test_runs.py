@@ -719,7 +719,7 @@ def test_each_job_computes_on_the_kernel_path_of_the_records_its_run_extends(fak
     monkeypatch.setattr(kernel_paths, "native", lambda *a, **k: "AVX2")
     refused = runs.plan([new], runs.dependency_grid([new]))
     assert all(j.kernels.caps == {} and j.kernels.flag == "AVX2" for j in refused)
-    assert "the records' AVX512 path is not available here" in refused[-1].kernels.line
+    assert "the AVX512 path of the records is not available here" in refused[-1].kernels.line
     # a run of a parameter file extends its file's records: the 06 file's attack of the gold model, made on AVX512
     gold_attack = next((paths.RUNS_DIR / "06_attacks").glob("t__unlearned_run=t__method=gold*")) / paths.RESULTS_FILE
     rec = json.loads(gold_attack.read_text())
@@ -866,3 +866,33 @@ def test_an_executed_notebook_is_injected_only_what_its_run_changes_and_its_reco
     assert declared["sparsity"]["default"] == 0.0 and isinstance(declared["sparsity"]["default"], float)
     assert runs.injected(types.SimpleNamespace(notebook=spec.notebook, params={**spec.params, "sparsity": 0}))[
         "sparsity"] == 0
+
+
+def test_a_run_pinned_to_a_kernel_path_computes_there_and_refuses_any_other(fake_grid, tmp_path, monkeypatch):
+    """Parameter ``kernels`` pins a run to a CPU path: the plan gives its job and the remakes it needs that path
+    under any mode; the notebook stops before it makes anything on another; a path that is none, or a pinned run
+    off the CPU, is refused before a kernel starts."""
+    import torch
+
+    from frag_utils import kernel_paths, parameters
+
+    _make()
+    shutil.rmtree(tmp_path / "cache")
+    monkeypatch.setattr(kernel_paths, "native", lambda *a, **k: "AVX512")
+    (pinned,) = runs.plan_run("03_calibration", None, {"profile": "t", "original": "profile-target", "device": "cpu",
+                                                       "kernels": "AVX2"})
+    for mode in ("records", "native"):  # the faithful records are this CPU's own: the pin wins over both
+        jobs = runs.plan([pinned], runs.dependency_grid([pinned]), kernels=mode)
+        assert [j.key for j in jobs] == ["remade/02_target_and_gold/t@target", f"03_calibration/{pinned.name}"]
+        assert all(j.kernels.flag == "AVX2" and j.kernels.caps == kernel_paths.CAPS["AVX2"] for j in jobs)
+        assert jobs[-1].kernels.line.startswith("kernels: AVX2, as its parameter kernels")
+    notebook = parameters.resolve_notebook("03_calibration")
+    with pytest.raises(RunError, match="must be a CPU kernel path"):
+        parameters.check_parameters(notebook, {"kernels": "AVX3", "device": "cpu"})
+    with pytest.raises(RunError, match="set device: cpu"):
+        parameters.check_parameters(notebook, {"kernels": "AVX2"})
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX512")
+    with pytest.raises(RunError, match="pinned to the AVX2 kernel path .* computes on AVX512"):
+        parameters.check_kernel_path({"kernels": "AVX2", "device": "cpu"})
+    parameters.check_kernel_path({"kernels": "AVX512", "device": "cpu"})  # on its path: nothing to say
+    parameters.check_kernel_path({"kernels": ""})
