@@ -149,3 +149,25 @@ def test_the_differences_list_what_differs_and_applies_and_nothing_else():
     tiny = {r["parameter"]: r["why"] for r in parameters.differences("06_attacks", {**base, "profile": "tiny",
                                                                                   "lr": 1e-3})}
     assert tiny["lr"] == "set for this smoke run" and tiny["bf16"].startswith("the tiny smoke run")
+
+
+def test_the_frontiers_target_recorded_by_notebook_02_is_the_one_the_frontier_starts_from():
+    """``02_target_and_gold/smol.frontier_target`` (the AVX2 path) holds the weights every frontier notebook-05 record
+    names as its original, and forget10's records give that target its evaluation, number for number (to 1e-12: the
+    records made natively on an AVX2 CPU and those made under the caps differ by numpy's own dispatch, about 1e-16)."""
+    from frag_utils import drift
+
+    twin = json.loads((ROOT / "papermill_runs/02_target_and_gold/smol.frontier_target/results.json").read_text())
+    assert twin["provenance"]["environment"]["cpu_capability"] == "AVX2"
+    sha, evaluation = twin["results"]["checkpoint_sha256"]["target"], twin["results"]["evaluation"]["target"]
+    wanted = {k: v for k, v in drift._numbers(evaluation).items() if "seconds" not in k}
+    frontier = sorted((ROOT / "papermill_runs/05_unlearn").glob("smol.frontier__*/results.json"))
+    assert len(frontier) >= 80
+    for f in frontier:
+        rec = json.loads(f.read_text())["results"]
+        assert rec["checkpoint_sha256"]["original"] == sha, f.parent.name
+        if "forget_split=forget10" in f.parent.name:
+            theirs = drift._numbers(rec["evaluation"]["target"])
+            assert theirs.keys() == wanted.keys(), f.parent.name
+            worst = max(abs(theirs[k] - v) for k, v in wanted.items())
+            assert worst <= 1e-12, (f.parent.name, worst)
