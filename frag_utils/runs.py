@@ -380,7 +380,10 @@ def _named_inputs(spec: RunSpec, specs: list[RunSpec]) -> list[tuple[str, str, t
     seed = paths.target_seed(str(p.get("original", p.get("model", "") if nb in STARTS_FROM_05 and not
                                        p.get("unlearned_run") else "")))
     trains = [s for s in makers if s.params.get("seed", paths.TARGET_SEED) == seed]
-    if trains:  # every 02 run of a profile at one seed trains its one target of that seed
+    # every 02 run of a profile at one seed trains its one target of that seed; a run pinned to a kernel path reads
+    # the 02 run pinned to it where there is one (the frontier's AVX2 target), so that one is recorded first
+    trains = [s for s in trains if s.params.get("kernels", "") == p.get("kernels", "")] or trains
+    if trains:
         names.append(("02_target_and_gold", trains[0].name, ("target",)))
     if nb == "05_unlearn" and p.get("method") == "gold" and p.get("gold") == "profile-gold":  # gold_<split>: seed 42's
         names += [("02_target_and_gold", s.name, ("gold",)) for s in makers if s.params["forget_split"] ==

@@ -153,8 +153,7 @@ def test_the_differences_list_what_differs_and_applies_and_nothing_else():
 
 def test_the_frontiers_target_recorded_by_notebook_02_is_the_one_the_frontier_starts_from():
     """``02_target_and_gold/smol.frontier_target`` (the AVX2 path) holds the weights every frontier notebook-05 record
-    names as its original, and forget10's records give that target its evaluation, number for number (to 1e-12: the
-    records made natively on an AVX2 CPU and those made under the caps differ by numpy's own dispatch, about 1e-16)."""
+    names as its original, and forget10's records give that target its evaluation, bit for bit."""
     from frag_utils import drift
 
     twin = json.loads((ROOT / "papermill_runs/02_target_and_gold/smol.frontier_target/results.json").read_text())
@@ -169,5 +168,4 @@ def test_the_frontiers_target_recorded_by_notebook_02_is_the_one_the_frontier_st
         if "forget_split=forget10" in f.parent.name:
             theirs = drift._numbers(rec["evaluation"]["target"])
             assert theirs.keys() == wanted.keys(), f.parent.name
-            worst = max(abs(theirs[k] - v) for k, v in wanted.items())
-            assert worst <= 1e-12, (f.parent.name, worst)
+            assert theirs == wanted, f.parent.name

@@ -896,3 +896,14 @@ def test_a_run_pinned_to_a_kernel_path_computes_there_and_refuses_any_other(fake
         parameters.check_kernel_path({"kernels": "AVX2", "device": "cpu"})
     parameters.check_kernel_path({"kernels": "AVX512", "device": "cpu"})  # on its path: nothing to say
     parameters.check_kernel_path({"kernels": ""})
+
+
+def test_a_run_pinned_to_a_kernel_path_reads_the_target_recorded_on_that_path():
+    """smol's notebook-03 and 04 runs on the frontier's target (AVX2) read notebook 02's run pinned to AVX2, so the
+    runner records it first; the faithful grid's read the unpinned one."""
+    specs = runs.grid("smol")
+    reads = {(s.notebook.stem, s.name): [f"{d.notebook.stem}/{d.name}" for d, _ in runs.needed_runs(s, specs)]
+             for s in specs if s.notebook.stem in ("03_calibration", "04_frag")}
+    assert reads[("03_calibration", "smol.frontier_target")] == ["02_target_and_gold/smol.frontier_target"]
+    assert reads[("04_frag", "smol.frontier_target")] == ["02_target_and_gold/smol.frontier_target"]
+    assert reads[("03_calibration", "smol")] == reads[("04_frag", "smol")] == ["02_target_and_gold/smol"]
