@@ -240,6 +240,17 @@ def test_a_measured_signal_joins_the_tables_only_once_recorded_on_half_the_check
     assert P.signals(df) == ["FRAG_x100", "es", "probe_es"]  # an evaluation signal needs four; a measured one half
 
 
+def test_a_measured_signal_recorded_on_most_of_one_split_but_not_half_the_frontier_is_ranked_on_no_split():
+    df = _frontier()
+    on = df.forget_split.eq("forget10") & df.strength.le(2)  # 8 of forget10's 12 checkpoints: 8 of the 24
+    df["grad_norm_forget"] = np.where(on, df.es * 2, np.nan)
+    assert "grad_norm_forget" in P.signals(df[df.forget_split.eq("forget10")]) and "grad_norm_forget" not in P.signals(df)
+    assert "grad_norm_forget" not in set(P.rank_table(df, n_boot=20, outcomes=("delta_es",)).signal)
+    df["grad_norm_forget"] = np.where(df.strength.le(2), df.es * 2, np.nan)  # 16 of the 24: every split's rows
+    assert set(P.rank_table(df, n_boot=20, outcomes=("delta_es",)).query("signal == 'grad_norm_forget'").split) == {
+        "both", "forget10", "forget05"}
+
+
 def test_the_page_says_on_how_many_checkpoints_a_measured_signal_is_recorded_until_it_joins():
     said = P.coverage({"grad_norm_forget": 12, "probe_es": 12, "sharpness_sam": 50}, 80)
     assert "‖∇ forget loss‖, ES after one attack step on 12 of the 80" in said and "once recorded on 40" in said

@@ -156,9 +156,11 @@ def rank_row(part: pd.DataFrame, signal: str, outcome: str, n_boot: int) -> dict
 
 def rank_table(df: pd.DataFrame, n_boot: int, outcomes: Sequence[str] = tuple(OUTCOMES)) -> pd.DataFrame:
     """:func:`rank_row` for every signal of ``df``, outcome and split (:func:`splits`); ``ranks``: whether the
-    pooled interval excludes 0 (the rule of docs/choices.md)."""
+    pooled interval excludes 0 (the rule of docs/choices.md). A measured signal is ranked on no split until it is
+    recorded on enough of the whole frontier (:func:`signals` of ``df``), however many of one split it has."""
+    joined = set(signals(df))
     rows = [{"split": split, **rank_row(df[mask], s, o, n_boot)} for o in outcomes
-            for split, mask in splits(df).items() for s in signals(df[mask])]
+            for split, mask in splits(df).items() for s in signals(df[mask]) if s not in MEASURED or s in joined]
     t = pd.DataFrame(rows)
     return t.assign(ranks=(t.low > 0) | (t.high < 0))
 
