@@ -355,8 +355,8 @@ REASONS: dict[tuple[str, str], tuple[str, str]] = {
     ("*", "n_calib"): ("calibration sequences for the activation norms, sized for the CPU", _SMOL),
     ("02_target_and_gold", "lr"): ("the 135M model learns the forget set at 2e-4 in 8 epochs; at 1e-5 it barely "
                                    "moves", _SMOL),
-    ("02_target_and_gold", "epochs"): ("at 8 epochs forget ES is 0.89, at 6 0.77 (AVX-512 kernels; the AVX2 path's target reaches 0.95)",
-                                       _SMOL),
+    ("02_target_and_gold", "epochs"): ("at 8 epochs forget ES is 0.89, at 6 0.77 (AVX-512 kernels; the AVX2 "
+                                       "path's target reaches 0.95)", _SMOL),
     ("06_attacks", "lr"): ("the attack is this profile's fine-tuning recipe for one epoch: the reference's lr 1e-5 at "
                            "batch 32 is sized for TOFU's 4,000 records and brought nothing back on these 300", _SMOL),
     ("06_attacks", "batch_size"): ("this profile's fine-tuning recipe: batch 16 (the reference's 8 x 4 on 4,000 "

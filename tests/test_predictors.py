@@ -244,7 +244,8 @@ def test_a_measured_signal_recorded_on_most_of_one_split_but_not_half_the_fronti
     df = _frontier()
     on = df.forget_split.eq("forget10") & df.strength.le(2)  # 8 of forget10's 12 checkpoints: 8 of the 24
     df["grad_norm_forget"] = np.where(on, df.es * 2, np.nan)
-    assert "grad_norm_forget" in P.signals(df[df.forget_split.eq("forget10")]) and "grad_norm_forget" not in P.signals(df)
+    assert "grad_norm_forget" in P.signals(df[df.forget_split.eq("forget10")])
+    assert "grad_norm_forget" not in P.signals(df)
     assert "grad_norm_forget" not in set(P.rank_table(df, n_boot=20, outcomes=("delta_es",)).signal)
     df["grad_norm_forget"] = np.where(df.strength.le(2), df.es * 2, np.nan)  # 16 of the 24: every split's rows
     assert set(P.rank_table(df, n_boot=20, outcomes=("delta_es",)).query("signal == 'grad_norm_forget'").split) == {
