@@ -342,6 +342,7 @@ _FRONTIER = "the-healthy-frontier"
 _MEASURED = "which-attack-free-signal-ranks-relearning"
 _VARIANTS = "the-attack-variants"
 _TWIN = "the-frontiers-target-recorded-on-its-own-path"
+KERNEL_PINNABLE = ("02_target_and_gold", "03_calibration", "04_frag")  # the notebooks with a parameter kernels
 REASONS: dict[tuple[str, str], tuple[str, str]] = {
     ("*", "data_source"): ("the synthetic TOFU stand-in the package carries (30 authors x 10 questions): nothing "
                            "downloads", _SMOL),
@@ -391,9 +392,10 @@ REASONS: dict[tuple[str, str], tuple[str, str]] = {
     ("09_figures", "grid_06"): ("this profile's faithful grid: its Table 1 files", _SMOL),
     ("09_figures", "seeds_06"): ("this profile's attack seed repeats of Table 1", _SMOL),
     ("*", "forget_split"): ("the forget split this run studies", _SMOL),
-    ("*", "kernels"): ("the frontier's target is the AVX2 path's: this run is of that target, the one notebooks 05 "
-                       "to 10 read", _TWIN),
-    ("*", "device"): ("a run pinned to a CPU kernel path computes on the CPU", _TWIN),
+    **{(nb, k): reason for nb in KERNEL_PINNABLE for k, reason in {  # set only by the frontier's target's runs
+        "kernels": ("the frontier's target is the AVX2 path's: this run is of that target, the one notebooks 05 to "
+                    "10 read", _TWIN),
+        "device": ("a run pinned to a CPU kernel path computes on the CPU", _TWIN)}.items()},
     ("05_unlearn", "rmu_layer"): ("the paper's layer 7 of Llama's 16 at the same relative depth of this model's 30",
                                   _SMOL),
     **{("06_attacks", k): ("one of the appendix's attack variants: one change of the grid's attack", _VARIANTS)

@@ -117,6 +117,14 @@ def test_every_reason_for_a_parameter_links_a_section_of_the_choices_page():
     assert {anchor for _, anchor in parameters.REASONS.values()} <= anchors
 
 
+def test_the_reasons_for_a_pinned_kernel_path_are_given_only_where_a_notebook_can_be_pinned():
+    pinnable = {nb.stem for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) if nb.stem != "00_index"
+                if "kernels" in parameters.declared_parameters(nb)}
+    assert pinnable == set(parameters.KERNEL_PINNABLE)
+    assert {nb for nb, k in parameters.REASONS if k in ("kernels", "device")} == pinnable
+    assert not any(parameters.REASONS.get(("*", k)) for k in ("kernels", "device"))  # another notebook: no reason
+
+
 @pytest.mark.parametrize("executed", linked_runs(), ids=lambda p: p.parent.parent.name)
 def test_every_setting_of_a_linked_run_that_is_not_the_papers_has_its_reason(executed):
     record = json.loads((executed.parent / "results.json").read_text())["provenance"]

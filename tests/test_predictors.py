@@ -256,3 +256,32 @@ def test_the_page_says_on_how_many_checkpoints_a_measured_signal_is_recorded_unt
     said = P.coverage({"grad_norm_forget": 12, "probe_es": 12, "sharpness_sam": 50}, 80)
     assert "‖∇ forget loss‖, ES after one attack step on 12 of the 80" in said and "once recorded on 40" in said
     assert "SAM" not in said and P.coverage({"probe_es": 40}, 80) == ""
+
+
+def test_the_page_reads_the_measured_signals_that_joined_by_the_readings_fixed_beforehand():
+    df = _frontier()
+    rng = np.random.default_rng(1)
+    df["grad_norm_forget"] = df.es * 3 + rng.normal(0, 0.05, len(df))  # moves with ES before: ranks ΔES
+    df["sharpness_sam"] = rng.normal(size=len(df))  # noise: ranks nothing
+    ranks = P.rank_table(df, n_boot=50)
+    partial = P.partial_table(df, ranks, n_boot=50)
+    best = {o: P.best_pre_attack(ranks, o) for o in P.OUTCOMES}
+    text = P.measured(ranks, partial, best)
+    lines = dict(line[2:].split(": ", 1) for line in text.splitlines() if line.startswith("- "))
+    assert text.startswith("**Measured at the unlearned weights.** 2 signals of notebook 10, on 24 of the 24")
+    for outcome, words in (("delta_es", "ΔES"), ("es_after", "Forget ES after")):
+        o = ranks[ranks.split.eq("both") & ranks.outcome.eq(outcome)].set_index("signal")
+        for s in ("grad_norm_forget", "sharpness_sam"):
+            r = o.loc[s]
+            assert (f"{r.words} {r.rho:+.2f} [{r.low:+.2f}, {r.high:+.2f}]" in lines[words].split(". ")[0]) == r.ranks
+            resolved = r.frag_beats_low > 0 or r.frag_beats_high < 0
+            assert (f"{r.words} {r.frag_beats_by:+.2f} [" in lines[words]) == resolved
+            p = partial[partial.outcome.eq(outcome) & partial.split.eq("both") & partial.signal.eq(s)].iloc[0]
+            if not p.adds:
+                assert f"{r.words} {p.rho:+.2f} [{p.low:+.2f}, {p.high:+.2f}]" in lines[words]
+    assert lines["ΔES"].startswith("ranked by ‖∇ forget loss‖ ")  # the one built to rank it
+    assert "SAM sharpness" not in lines["ΔES"].split(". ")[0]
+    assert text in P.verdict(ranks, partial, best)
+    plain = _frontier()  # no measured signal recorded: the page says nothing of them
+    r0 = P.rank_table(plain, n_boot=20)
+    assert P.measured(r0, P.partial_table(plain, r0, n_boot=20), best) == ""

@@ -423,11 +423,50 @@ def coverage(measured_on: dict[str, int], n: int) -> str:
             f"{math.ceil(MEASURED_MIN_SHARE * n)}.")
 
 
+def measured(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], split: str = "both",
+             outcomes: Sequence[str] = ("delta_es", "es_after")) -> str:
+    """What the results page says of the measured signals that joined the tables, per outcome of ``outcomes`` over
+    ``split``, by the readings docs/choices.md fixed: which rank it (pooled interval clear of 0), where
+    |ρ(FRAG)| − |ρ(signal)| is resolved, and which add rank information beyond the best pre-attack signal (partial ρ
+    given it). Empty where none joined."""
+    t = ranks[ranks.split.eq(split) & ranks.signal.isin(MEASURED)]
+    if not len(t):
+        return ""
+    names = list(dict.fromkeys(t.signal))
+    probe = " (the probe takes one step of the attack)" if "probe_es" in names else ""
+    out = [f"**Measured at the unlearned weights.** {len(names)} signals of notebook 10{probe}, on "
+           f"{int(t.n.min())} of the {int(ranks[ranks.split.eq(split)].n.max())} checkpoints."]
+
+    def listed(rows: pd.DataFrame, point: str = "rho", low: str = "low", high: str = "high") -> str:
+        return "; ".join(f"{r.words} {interval(r[point], r[low], r[high])}" for _, r in rows.iterrows())
+
+    for outcome in outcomes:
+        o = t[t.outcome.eq(outcome)]
+        ranked = o[o.ranks]
+        said = [f"ranked by {listed(ranked)}." if len(ranked) else "no measured signal ranks it."]
+        better, worse = o.frag_beats_low > 0, o.frag_beats_high < 0
+        for words, mask in (("FRAG ranks better than", better), ("FRAG ranks worse than", worse)):
+            if mask.any():
+                said.append(f"{words} {listed(o[mask], 'frag_beats_by', 'frag_beats_low', 'frag_beats_high')} "
+                            "(|ρ(FRAG)| − |ρ|).")
+        if not (better | worse).any():
+            said.append("Against FRAG, not resolved for any.")
+        p = partial[partial.outcome.eq(outcome) & partial.split.eq(split) & partial.signal.isin(names)]
+        if len(p):
+            p = p.assign(words=p.signal.map(lambda s: SIGNALS[s][1]))
+            said.append(f"Given the {SIGNALS[best[outcome]][1]}, " + (
+                f"these add rank information: {listed(p[p.adds])}." if p.adds.any()
+                else f"none adds rank information (partial ρ: {listed(p)})."))
+        out.append(f"- {OUTCOMES[outcome][0].upper() + OUTCOMES[outcome][1:]}: " + " ".join(said))
+    return out[0] + "\n\n" + "\n".join(out[1:])
+
+
 def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], split: str = "both",
             test_split: str = "forget05", measured_on: dict[str, int] | None = None, n: int = 0) -> str:
     """The results page's answer, per outcome over ``split``: the signals whose interval excludes 0, the best
     pre-attack signal (and its test on ``test_split``) against FRAG, and FRAG's partial ρ given it; then what
-    :func:`coverage` says of the measured signals not yet in the tables (``measured_on``, of ``n`` checkpoints)."""
+    :func:`measured` says of the measured signals in the tables, and what :func:`coverage` says of those not yet in
+    them (``measured_on``, of ``n`` checkpoints)."""
     out = []
     for outcome, words in OUTCOMES.items():
         t = ranks[ranks.outcome.eq(outcome) & ranks.split.eq(split)].set_index("signal")
@@ -444,7 +483,7 @@ def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], sp
             f"{words} at {interval(test.rho, test.low, test.high)} ({_test(test, b)}). |ρ(FRAG)| − |ρ({b.words})| is "
             f"{_against(b)}. Given it, FRAG's partial ρ is {interval(p.rho, p.low, p.high)}"
             + (": FRAG adds rank information." if p.adds else ", not resolved."))
-    out.append(coverage(measured_on or {}, n))
+    out += [measured(ranks, partial, best, split), coverage(measured_on or {}, n)]
     return "\n\n".join(o for o in out if o)
 
 
