@@ -258,30 +258,65 @@ def test_the_page_says_on_how_many_checkpoints_a_measured_signal_is_recorded_unt
     assert "SAM" not in said and P.coverage({"probe_es": 40}, 80) == ""
 
 
+def _measured_case():
+    """Notebook 08's tables for three measured signals, each reading's case once: on ΔES the gradient norm ranks it
+    (and moves with ES before), FRAG ranks worse than it, better than SAM sharpness, and against the probe it is not
+    resolved; the gradient norm adds rank information, SAM sharpness does not, the probe has no partial ρ. On ES after
+    nothing is resolved."""
+    def rank(outcome, signal, rho, low, high, beats, beats_low, beats_high):
+        return {"split": "both", "outcome": outcome, "signal": signal, "family": "measured",
+                "words": P.SIGNALS[signal][1], "rho": rho, "low": low, "high": high, "n": 80,
+                "ranks": low > 0 or high < 0, "frag_beats_by": beats,
+                "frag_beats_low": beats_low, "frag_beats_high": beats_high}
+    ranks = pd.DataFrame([rank("delta_es", "grad_norm_forget", -0.6, -0.8, -0.3, -0.3, -0.5, -0.1),
+                          rank("delta_es", "sharpness_sam", 0.1, -0.2, 0.4, 0.2, 0.05, 0.4),
+                          rank("delta_es", "probe_es", 0.0, -0.2, 0.2, 0.0, -0.2, 0.2),
+                          *[rank("es_after", s, 0.1, -0.3, 0.5, 0.0, -0.3, 0.3)
+                            for s in ("grad_norm_forget", "sharpness_sam", "probe_es")],
+                          {**rank("delta_es", P.FRAG, 0.2, -0.2, 0.5, 0, 0, 0), "family": "weight space"}])
+    def part(outcome, signal, rho, low, high):
+        return {"outcome": outcome, "split": "both", "signal": signal, "rho": rho, "low": low, "high": high,
+                "adds": low > 0 or high < 0}
+    partial = pd.DataFrame([part("delta_es", "grad_norm_forget", -0.4, -0.6, -0.1),
+                            part("delta_es", "sharpness_sam", 0.1, -0.2, 0.3),
+                            *[part("es_after", s, 0.0, -0.3, 0.3) for s in ("grad_norm_forget", "sharpness_sam",
+                                                                            "probe_es")]])
+    shared = pd.DataFrame([{"signal": "grad_norm_forget", "rho_es_before": 0.8, "partial": -0.2, "partial_low": -0.5,
+                            "partial_high": 0.1}])
+    return ranks, partial, shared, {"delta_es": "es", "es_after": "forget_probability"}
+
+
 def test_the_page_reads_the_measured_signals_that_joined_by_the_readings_fixed_beforehand():
+    ranks, partial, shared, best = _measured_case()
+    head, lines = P.measured(ranks, partial, best, shared).split("\n\n")
+    assert head == ("**Measured at the unlearned weights.** 3 signals of notebook 10 (the probe takes one step of the "
+                    "attack), on 80 of the 80 checkpoints.")
+    delta, after = lines.split("\n")
+    assert delta == (
+        "- ΔES: ranked by ‖∇ forget loss‖ -0.60 [-0.80, -0.30] (ρ with the forget ES before +0.80; given it, "
+        "-0.20 [-0.50, +0.10]). FRAG ranks better than SAM sharpness +0.20 [+0.05, +0.40] (|ρ(FRAG)| − |ρ|). "
+        "FRAG ranks worse than ‖∇ forget loss‖ -0.30 [-0.50, -0.10] (|ρ(FRAG)| − |ρ|). Against FRAG, not resolved "
+        "for ES after one attack step. Given the forget ES, partial ρ: ‖∇ forget loss‖ -0.40 [-0.60, -0.10]; "
+        "SAM sharpness +0.10 [-0.20, +0.30]; ‖∇ forget loss‖ adds rank information. No partial ρ recorded for ES "
+        "after one attack step.")
+    assert after == (
+        "- Forget ES after: no measured signal ranks it. Against FRAG, not resolved for any. Given the forget "
+        "probability, partial ρ: ‖∇ forget loss‖ +0.00 [-0.30, +0.30]; SAM sharpness +0.00 [-0.30, +0.30]; ES after "
+        "one attack step +0.00 [-0.30, +0.30]; none adds rank information.")
+    assert P.measured(ranks[ranks.signal.eq(P.FRAG)], partial, best, shared) == ""  # none joined: nothing said
+
+
+def test_the_verdict_reads_the_measured_signals_once_and_says_which_are_not_yet_in_the_tables():
     df = _frontier()
-    rng = np.random.default_rng(1)
-    df["grad_norm_forget"] = df.es * 3 + rng.normal(0, 0.05, len(df))  # moves with ES before: ranks ΔES
-    df["sharpness_sam"] = rng.normal(size=len(df))  # noise: ranks nothing
+    df["grad_norm_forget"] = df.es * 3 + np.random.default_rng(1).normal(0, 0.05, len(df))
     ranks = P.rank_table(df, n_boot=50)
     partial = P.partial_table(df, ranks, n_boot=50)
+    shared = P.shared_term(df, n_boot=50)
     best = {o: P.best_pre_attack(ranks, o) for o in P.OUTCOMES}
-    text = P.measured(ranks, partial, best)
-    lines = dict(line[2:].split(": ", 1) for line in text.splitlines() if line.startswith("- "))
-    assert text.startswith("**Measured at the unlearned weights.** 2 signals of notebook 10, on 24 of the 24")
-    for outcome, words in (("delta_es", "ΔES"), ("es_after", "Forget ES after")):
-        o = ranks[ranks.split.eq("both") & ranks.outcome.eq(outcome)].set_index("signal")
-        for s in ("grad_norm_forget", "sharpness_sam"):
-            r = o.loc[s]
-            assert (f"{r.words} {r.rho:+.2f} [{r.low:+.2f}, {r.high:+.2f}]" in lines[words].split(". ")[0]) == r.ranks
-            resolved = r.frag_beats_low > 0 or r.frag_beats_high < 0
-            assert (f"{r.words} {r.frag_beats_by:+.2f} [" in lines[words]) == resolved
-            p = partial[partial.outcome.eq(outcome) & partial.split.eq("both") & partial.signal.eq(s)].iloc[0]
-            if not p.adds:
-                assert f"{r.words} {p.rho:+.2f} [{p.low:+.2f}, {p.high:+.2f}]" in lines[words]
-    assert lines["ΔES"].startswith("ranked by ‖∇ forget loss‖ ")  # the one built to rank it
-    assert "SAM sharpness" not in lines["ΔES"].split(". ")[0]
-    assert text in P.verdict(ranks, partial, best)
-    plain = _frontier()  # no measured signal recorded: the page says nothing of them
-    r0 = P.rank_table(plain, n_boot=20)
-    assert P.measured(r0, P.partial_table(plain, r0, n_boot=20), best) == ""
+    text = P.verdict(ranks, partial, best, measured_on={"grad_norm_forget": 24, "probe_es": 3}, n=24, shared=shared)
+    assert P.measured(ranks, partial, best, shared) in text
+    assert text.count("**Measured at the unlearned weights.**") == 1
+    assert text.endswith("Notebook 10 has recorded ES after one attack step on 3 of the 24 checkpoints; each joins "
+                         "these tables once recorded on 12.")
+    g = shared.set_index("signal").loc["grad_norm_forget"]
+    assert f"(ρ with the forget ES before {g.rho_es_before:+.2f}; given it, {g.partial:+.2f} [" in text

@@ -409,64 +409,97 @@ def _test(test: pd.Series, chosen: pd.Series) -> str:
     return "the choice holds" if holds else "not resolved"
 
 
-def coverage(measured_on: dict[str, int], n: int) -> str:
+def coverage(measured_on: dict[str, int], n: int, header: bool = True) -> str:
     """What the page says of the measured signals not yet in the tables: on how many of the ``n`` checkpoints notebook
-    10 has recorded each, and when it joins (:data:`MEASURED_MIN_SHARE`)."""
+    10 has recorded each, and when it joins (:data:`MEASURED_MIN_SHARE`); under the bold header unless ``header`` is
+    False (when :func:`measured` has opened the paragraph)."""
     short = {s: k for s, k in measured_on.items() if k < MEASURED_MIN_SHARE * n}
     if not short:
         return ""
     counts = sorted(set(short.values()))
     said = f"{counts[0]}" if len(counts) == 1 else f"{counts[0]} to {counts[-1]}"
     names = ", ".join(SIGNALS[s][1] for s in short)
-    return (f"**Measured at the unlearned weights.** Notebook 10 has recorded {names} "
-            f"on {said} of the {n} checkpoints; each joins these tables once recorded on "
-            f"{math.ceil(MEASURED_MIN_SHARE * n)}.")
+    return ("**Measured at the unlearned weights.** " if header else "") + (
+        f"Notebook 10 has recorded {names} on {said} of the {n} checkpoints; each joins these tables once recorded on "
+        f"{math.ceil(MEASURED_MIN_SHARE * n)}.")
 
 
-def measured(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], split: str = "both",
-             outcomes: Sequence[str] = ("delta_es", "es_after")) -> str:
+def _listed(rows: pd.DataFrame, point: str = "rho", low: str = "low", high: str = "high") -> str:
+    """Each row's words with its estimate and interval, joined by semicolons."""
+    return "; ".join(f"{r.words} {interval(r[point], r[low], r[high])}" for _, r in rows.iterrows())
+
+
+def _es_before(shared: pd.DataFrame, signal: str) -> str:
+    """A signal's ρ with the forget ES before the attack and its partial ρ with ΔES given it (``shared``, indexed by
+    signal), in parentheses; "" where the table has no row for it."""
+    if signal not in shared.index:
+        return ""
+    r = shared.loc[signal]
+    return (f" (ρ with the forget ES before {r.rho_es_before:+.2f}; given it, "
+            f"{interval(r.partial, r.partial_low, r.partial_high)})")
+
+
+def measured(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], shared: pd.DataFrame | None = None,
+             split: str = "both", outcomes: Sequence[str] = ("delta_es", "es_after")) -> str:
     """What the results page says of the measured signals that joined the tables, per outcome of ``outcomes`` over
-    ``split``, by the readings docs/choices.md fixed: which rank it (pooled interval clear of 0), where
-    |ρ(FRAG)| − |ρ(signal)| is resolved, and which add rank information beyond the best pre-attack signal (partial ρ
-    given it). Empty where none joined."""
-    t = ranks[ranks.split.eq(split) & ranks.signal.isin(MEASURED)]
+    ``split``, by the readings docs/choices.md fixed: which rank it (pooled interval clear of 0; a ΔES claim names
+    the signal's ρ with the forget ES before and its partial ρ given it, from ``shared``, the term it may share with
+    ΔES), where |ρ(FRAG)| − |ρ(signal)| is resolved and where not, and each one's partial ρ given the best
+    pre-attack signal (which add rank information). Empty where none joined. The share recovered is in the tables."""
+    t = ranks[ranks.split.eq(split) & ranks.signal.isin(MEASURED) & ranks.outcome.isin(outcomes)]
     if not len(t):
         return ""
     names = list(dict.fromkeys(t.signal))
+    n_all = int(ranks[ranks.split.eq(split) & ranks.outcome.isin(outcomes)].n.max())
+    n = t.groupby("signal", sort=False).n.min()
     probe = " (the probe takes one step of the attack)" if "probe_es" in names else ""
-    out = [f"**Measured at the unlearned weights.** {len(names)} signals of notebook 10{probe}, on "
-           f"{int(t.n.min())} of the {int(ranks[ranks.split.eq(split)].n.max())} checkpoints."]
-
-    def listed(rows: pd.DataFrame, point: str = "rho", low: str = "low", high: str = "high") -> str:
-        return "; ".join(f"{r.words} {interval(r[point], r[low], r[high])}" for _, r in rows.iterrows())
-
+    on = (f"on {int(n.iloc[0])} of the {n_all} checkpoints" if n.nunique() == 1 else "on " + ", ".join(
+        f"{int(k)} ({SIGNALS[s][1]})" for s, k in n.items()) + f" of the {n_all} checkpoints")
+    out = [f"**Measured at the unlearned weights.** {len(names)} signal{'s' * (len(names) > 1)} of notebook 10{probe}, "
+           f"{on}."]
+    shared = shared.set_index("signal") if shared is not None and len(shared) else None
     for outcome in outcomes:
         o = t[t.outcome.eq(outcome)]
+        if not len(o):
+            continue
         ranked = o[o.ranks]
-        said = [f"ranked by {listed(ranked)}." if len(ranked) else "no measured signal ranks it."]
+        if not len(ranked):
+            said = ["no measured signal ranks it."]
+        elif outcome == "delta_es" and shared is not None:  # the term −ES before that ΔES shares with a signal
+            said = ["ranked by " + "; ".join(f"{r.words} {interval(r.rho, r.low, r.high)}{_es_before(shared, s)}"
+                                             for s, r in ranked.set_index("signal").iterrows()) + "."]
+        else:
+            said = [f"ranked by {_listed(ranked)}."]
         better, worse = o.frag_beats_low > 0, o.frag_beats_high < 0
         for words, mask in (("FRAG ranks better than", better), ("FRAG ranks worse than", worse)):
             if mask.any():
-                said.append(f"{words} {listed(o[mask], 'frag_beats_by', 'frag_beats_low', 'frag_beats_high')} "
+                said.append(f"{words} {_listed(o[mask], 'frag_beats_by', 'frag_beats_low', 'frag_beats_high')} "
                             "(|ρ(FRAG)| − |ρ|).")
-        if not (better | worse).any():
-            said.append("Against FRAG, not resolved for any.")
+        rest = o[~(better | worse)]
+        if len(rest):
+            said.append("Against FRAG, not resolved for " + ("any." if len(rest) == len(o) else
+                                                             ", ".join(rest.words) + "."))
         p = partial[partial.outcome.eq(outcome) & partial.split.eq(split) & partial.signal.isin(names)]
+        p = p.assign(words=p.signal.map(lambda s: SIGNALS[s][1]))
+        missing = [SIGNALS[s][1] for s in o.signal if s not in set(p.signal)]
         if len(p):
-            p = p.assign(words=p.signal.map(lambda s: SIGNALS[s][1]))
-            said.append(f"Given the {SIGNALS[best[outcome]][1]}, " + (
-                f"these add rank information: {listed(p[p.adds])}." if p.adds.any()
-                else f"none adds rank information (partial ρ: {listed(p)})."))
+            adds = p[p.adds]
+            said.append(f"Given the {SIGNALS[best[outcome]][1]}, partial ρ: {_listed(p)}; " + (
+                f"{', '.join(adds.words)} add{'s' * (len(adds) == 1)} rank information." if len(adds)
+                else "none adds rank information."))
+        if missing:
+            said.append(f"No partial ρ recorded for {', '.join(missing)}.")
         out.append(f"- {OUTCOMES[outcome][0].upper() + OUTCOMES[outcome][1:]}: " + " ".join(said))
     return out[0] + "\n\n" + "\n".join(out[1:])
 
 
 def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], split: str = "both",
-            test_split: str = "forget05", measured_on: dict[str, int] | None = None, n: int = 0) -> str:
+            test_split: str = "forget05", measured_on: dict[str, int] | None = None, n: int = 0,
+            shared: pd.DataFrame | None = None) -> str:
     """The results page's answer, per outcome over ``split``: the signals whose interval excludes 0, the best
     pre-attack signal (and its test on ``test_split``) against FRAG, and FRAG's partial ρ given it; then what
-    :func:`measured` says of the measured signals in the tables, and what :func:`coverage` says of those not yet in
-    them (``measured_on``, of ``n`` checkpoints)."""
+    :func:`measured` says of the measured signals in the tables (``shared``: the shared-term table), and what
+    :func:`coverage` says of those not yet in them (``measured_on``, of ``n`` checkpoints)."""
     out = []
     for outcome, words in OUTCOMES.items():
         t = ranks[ranks.outcome.eq(outcome) & ranks.split.eq(split)].set_index("signal")
@@ -483,7 +516,8 @@ def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], sp
             f"{words} at {interval(test.rho, test.low, test.high)} ({_test(test, b)}). |ρ(FRAG)| − |ρ({b.words})| is "
             f"{_against(b)}. Given it, FRAG's partial ρ is {interval(p.rho, p.low, p.high)}"
             + (": FRAG adds rank information." if p.adds else ", not resolved."))
-    out += [measured(ranks, partial, best, split), coverage(measured_on or {}, n)]
+    joined = measured(ranks, partial, best, shared, split)
+    out += [joined, coverage(measured_on or {}, n, header=not joined)]
     return "\n\n".join(o for o in out if o)
 
 
@@ -504,5 +538,5 @@ def build(book) -> dict[Table, object]:
             AUTHORS_RANKS: sourced(authors, [run]), AUTHORS_WIDE: sourced(authors_view(authors), [run]),
             FOREST: sourced(plots.predictor_forest(ranks, authors), [run]),
             VERDICT: sourced(Text(verdict(ranks, partial, res["best_pre_attack"], measured_on=res.get("measured_on"),
-                                          n=res["checkpoints"])), [run]),
+                                          n=res["checkpoints"], shared=pd.DataFrame(res["shared_term"]))), [run]),
             HEADLINE: sourced(Text(headline(ranks, res["best_pre_attack"])), [run])}
