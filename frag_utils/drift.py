@@ -22,8 +22,10 @@ from . import paths
 TOLERANCE_FILE = paths.REPO_ROOT / "papermill_runs" / "tolerance.yaml"
 # What differs between any two runs of one notebook with the same parameters: wall times (keys
 # ending in "seconds"), whether something came from the cache (keys ending in "cached"), the time
-# of writing, the traces of an interrupted run, and the cache key (it names the code's hash)
-VOLATILE_KEYS = ("written_at", "resumed_from", "reused", "cache_key")
+# of writing, the traces of an interrupted run, the cache key (it names the code's hash), and
+# whether FRAG streamed the original from disk (it does when both calibrations are cached; the
+# numbers are the same either way)
+VOLATILE_KEYS = ("written_at", "resumed_from", "reused", "cache_key", "original_streamed")
 
 
 def load_tolerance(file: Path = TOLERANCE_FILE) -> dict[str, tuple[float, float]]:
@@ -92,8 +94,9 @@ def compare(recorded_file: Path, remade_file: Path, tolerance: dict[str, tuple[f
     Returns:
         ``verdict`` (``bit-identical``: every number and weight hash equal; ``within tolerance``;
         ``outside tolerance``), ``rows`` (per judged number: ``metric``, ``recorded``, ``remade``,
-        ``drift``, ``tolerance``, ``ok``), ``weights`` (role -> ``identical`` or ``other bits``) and ``kernels``
-        (the kernel paths that made the record and the remake).
+        ``drift``, ``tolerance``, ``ok``), ``weights`` (role -> ``identical`` or ``other bits``), ``kernels``
+        (the kernel paths that made the record and the remake) and ``differences`` (where the two
+        differ at all: :func:`record_differences`).
     """
     tolerance = load_tolerance() if tolerance is None else tolerance
     from .kernel_paths import of_records
@@ -106,10 +109,14 @@ def compare(recorded_file: Path, remade_file: Path, tolerance: dict[str, tuple[f
     hashes = recorded.get("checkpoint_sha256", {}), remade.get("checkpoint_sha256", {})
     weights = {k: "identical" if hashes[0].get(k) == hashes[1].get(k) else "other bits"
                for k in sorted(set(hashes[0]) | set(hashes[1]))}
-    verdict = ("bit-identical" if not record_differences(recorded, remade) else
+    differences = record_differences(recorded, remade)
+    verdict = ("bit-identical" if not differences else
                "within tolerance" if all(r["ok"] for r in rows) else "outside tolerance")
     kernels = [", ".join(sorted(of_records([r]))) or "?" for r in both]  # the paths that made each
-    return {"verdict": verdict, "rows": rows, "weights": weights, "kernels": kernels}
+    return {"verdict": verdict, "rows": rows, "weights": weights, "kernels": kernels, "differences": differences}
+
+
+_SHOWN = 5  # differences named under a drift table
 
 
 def format_report(run: str, report: dict) -> str:
@@ -129,6 +136,11 @@ def format_report(run: str, report: dict) -> str:
                          f"{r['tolerance']:>9.4f}{'' if r['ok'] else '  OUTSIDE'}")
         if report["weights"]:
             lines.append("  weights: " + ", ".join(f"{k} {v}" for k, v in report["weights"].items()))
+        differences = report.get("differences", [])
+        if differences:  # the table's four decimals can hide them; say where the bits differ
+            shown = "; ".join(d if len(d) <= 120 else d[:117] + "..." for d in differences[:_SHOWN])
+            more = f"; {len(differences) - _SHOWN} more" if len(differences) > _SHOWN else ""
+            lines.append(f"  differs from the record at: {shown}{more}")
     return "\n".join(lines)
 
 

@@ -86,6 +86,12 @@ def test_drift_is_judged_per_metric_by_the_tolerance_file_and_bits_are_named(tmp
     assert report["verdict"] == "outside tolerance"
     table = drift.format_report("02_target_and_gold/x", report)
     assert "/frag/l2_all" in table and table.count("OUTSIDE") == 1
+    # below the table's four decimals, the report still says where the bits differ
+    tiny = {**recorded, "frag": {"l2_all": 100.00001}, "run": "streamed"}
+    report = drift.compare(a, _record(tmp_path, "d", tiny), tolerance)
+    assert report["verdict"] == "within tolerance"
+    assert drift.format_report("05_unlearn/x", report).splitlines()[-1] == (
+        "  differs from the record at: /frag/l2_all: 100.0 against 100.00001; /run: only in the second")
 
 
 def test_a_tolerance_file_with_a_bad_entry_says_which(tmp_path):
@@ -103,6 +109,8 @@ def test_record_differences_leave_out_wall_times_and_name_each_difference():
     # whether a part came from the cache is not a difference of the run (a remake on a fresh cache)
     assert drift.record_differences({"t": {"calibration_forget_cached": True, "n": 1}},
                                     {"t": {"calibration_forget_cached": False, "n": 1}}) == []
+    # nor is whether FRAG streamed the original from disk (it does when those calibrations are cached)
+    assert drift.record_differences({"t": {"original_streamed": False}}, {"t": {"original_streamed": True}}) == []
     # checkpoints in two caches are the same place; other strings are compared
     assert drift.record_differences({"ckpt": "/cache/a/target"}, {"ckpt": "/other/b/target"}) == []
     assert drift.record_differences({"m": "npo"}, {"m": "ga"}) == ["/m: 'npo' against 'ga'"]
