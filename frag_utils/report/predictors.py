@@ -8,7 +8,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import pandas as pd
@@ -424,9 +424,10 @@ def coverage(measured_on: dict[str, int], n: int, header: bool = True) -> str:
         f"{math.ceil(MEASURED_MIN_SHARE * n)}.")
 
 
-def _listed(rows: pd.DataFrame, point: str = "rho", low: str = "low", high: str = "high") -> str:
-    """Each row's words with its estimate and interval, joined by semicolons."""
-    return "; ".join(f"{r.words} {interval(r[point], r[low], r[high])}" for _, r in rows.iterrows())
+def _listed(rows: pd.DataFrame, point: str = "rho", low: str = "low", high: str = "high",
+            after: Callable[[str], str] = lambda signal: "") -> str:
+    """Each row's words with its estimate and interval, then ``after`` of its signal, joined by semicolons."""
+    return "; ".join(f"{r.words} {interval(r[point], r[low], r[high])}{after(r.signal)}" for _, r in rows.iterrows())
 
 
 def _es_before(shared: pd.DataFrame, signal: str) -> str:
@@ -466,8 +467,7 @@ def measured(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], s
         if not len(ranked):
             said = ["no measured signal ranks it."]
         elif outcome == "delta_es" and shared is not None:  # the term −ES before that ΔES shares with a signal
-            said = ["ranked by " + "; ".join(f"{r.words} {interval(r.rho, r.low, r.high)}{_es_before(shared, s)}"
-                                             for s, r in ranked.set_index("signal").iterrows()) + "."]
+            said = [f"ranked by {_listed(ranked, after=lambda s: _es_before(shared, s))}."]
         else:
             said = [f"ranked by {_listed(ranked)}."]
         better, worse = o.frag_beats_low > 0, o.frag_beats_high < 0
