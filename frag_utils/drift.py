@@ -22,10 +22,11 @@ from . import paths
 TOLERANCE_FILE = paths.REPO_ROOT / "papermill_runs" / "tolerance.yaml"
 # What differs between any two runs of one notebook with the same parameters: wall times (keys
 # ending in "seconds"), whether something came from the cache (keys ending in "cached"), the time
-# of writing, the traces of an interrupted run, the cache key (it names the code's hash), and
-# whether FRAG streamed the original from disk (it does when both calibrations are cached; the
-# numbers are the same either way)
-VOLATILE_KEYS = ("written_at", "resumed_from", "reused", "cache_key", "original_streamed")
+# of writing, the traces of an interrupted run, the cache key (it names the code's hash), whether
+# FRAG streamed the original from disk (it does when both calibrations are cached; the numbers are
+# the same either way), and the provenance a model's record carries into the run's (the commit and
+# machine that made it: a remake is made by another; its kernel path is compared on its own)
+VOLATILE_KEYS = ("written_at", "resumed_from", "reused", "cache_key", "original_streamed", "provenance")
 
 
 def load_tolerance(file: Path = TOLERANCE_FILE) -> dict[str, tuple[float, float]]:

@@ -111,6 +111,12 @@ def test_record_differences_leave_out_wall_times_and_name_each_difference():
                                     {"t": {"calibration_forget_cached": False, "n": 1}}) == []
     # nor is whether FRAG streamed the original from disk (it does when those calibrations are cached)
     assert drift.record_differences({"t": {"original_streamed": False}}, {"t": {"original_streamed": True}}) == []
+    # nor the commit and machine that made a model the run read (a remake's are its own)
+    made = {"made": {"provenance": {"git": {"commit": "9354b04"}}, "pruned": 6336}}
+    remade = {"made": {"provenance": {"git": {"commit": "9de3838"}}, "pruned": 6336}}
+    assert drift.record_differences(made, remade) == []
+    other = {"made": {"provenance": {}, "pruned": 6144}}
+    assert drift.record_differences(made, other) == ["/made/pruned: 6336 against 6144"]
     # checkpoints in two caches are the same place; other strings are compared
     assert drift.record_differences({"ckpt": "/cache/a/target"}, {"ckpt": "/other/b/target"}) == []
     assert drift.record_differences({"m": "npo"}, {"m": "ga"}) == ["/m: 'npo' against 'ga'"]
