@@ -124,6 +124,10 @@ def test_the_views_for_the_eye_keep_each_signal_and_leave_out_what_has_no_value(
     assert frag["FRAG vs it, ΔES"] == "—"  # not against itself
     assert pooled[pooled.signal.eq("pruning (vs gradient)")]["within, ΔES"].iloc[0] == "—"  # constant in a method
     assert "forget-set size (authors)" not in set(P.splits_view(ranks).signal)  # constant on each split
+    # a measured signal recorded on forget10 only: its forget05 cells say there is no row
+    df["grad_norm_forget"] = np.where(df.forget_split.eq("forget10"), df.es * 3, np.nan)
+    row = P.splits_view(P.rank_table(df, n_boot=50)).set_index("signal").loc["‖∇ forget loss‖"]
+    assert row["ΔES, forget05"] == row["ES after, forget05"] == "—" and row["ΔES, forget10"].startswith(("+", "-"))
 
 
 def test_the_authors_rows_give_their_printed_table3_to_two_decimals():
@@ -172,6 +176,13 @@ def test_the_shared_term_table_is_each_signals_partial_rho_given_es_before():
     # a signal that is ES before plus noise ranks ΔES through the shared term: given ES before, far less
     prob = shared.loc["forget_probability"]
     assert abs(prob.rho) > 0.5 and abs(prob.partial) < abs(prob.rho)
+    # a measured signal recorded on some checkpoints only: each ρ over those, not NaN
+    df["grad_norm_forget"] = np.where(np.arange(len(df)) % 3, df.es * 2 + df.FRAG_x100 / 10, np.nan)
+    row = P.shared_term(df, n_boot=50).set_index("signal").loc["grad_norm_forget"]
+    on = df.dropna(subset=["grad_norm_forget"])
+    assert row.rho_es_before == pytest.approx(stats.spearmanr(on.grad_norm_forget, on.es).statistic)
+    assert row.rho == pytest.approx(stats.spearmanr(on.grad_norm_forget, on.delta_es).statistic)
+    assert (row.n, len(on)) == (16, 16)
 
 
 def test_a_measurement_joins_its_checkpoint_only_from_the_frontier_file_and_of_the_weights_its_05_run_names(

@@ -169,15 +169,17 @@ def shared_term(df: pd.DataFrame, n_boot: int, given: str = "es", outcome: str =
     """The shared term, signal by signal, both splits: its ρ with the forget ES before the attack (``given``), its
     ρ with ``outcome`` (ΔES = ES after − ES before) and its partial ρ with ``outcome`` given ES before, over the
     resamples of every ρ: what a signal ranks of ΔES beyond the term it shares with it. A diagnostic, added after
-    the first reading of the tables (docs/choices.md fixes the readings that decide)."""
+    the first reading of the tables (docs/choices.md fixes the readings that decide). Each over the checkpoints
+    where the signal is recorded (a measured one may not be on all)."""
     rows = []
     for s in signals(df):
         if s == given:
             continue
         p = bootstrap_partial_spearman(df[s], df[given], list(df[f"{outcome}_seeds"]), n_boot=n_boot,
                                        groups=list(df.model))
+        on = df[np.isfinite(df[s].astype(float))]
         rows.append({"signal": s, "words": SIGNALS[s][1], "family": SIGNALS[s][0],
-                     "rho_es_before": spearman(df[s], df[given]), "rho": spearman(df[s], df[outcome]),
+                     "rho_es_before": spearman(on[s], on[given]), "rho": spearman(on[s], on[outcome]),
                      "partial": p["rho"], "partial_low": p["low"], "partial_high": p["high"], "n": p["n"]})
     return pd.DataFrame(rows)
 
@@ -294,7 +296,8 @@ def pooled_view(ranks: pd.DataFrame, split: str = "both") -> pd.DataFrame:
 
 
 def splits_view(ranks: pd.DataFrame, discovery: str = "forget10") -> pd.DataFrame:
-    """A row per signal: ρ with ΔES and with ES after on the discovery split and on the other (its test)."""
+    """A row per signal: ρ with ΔES and with ES after on the discovery split and on the other (its test); "—" on a
+    split where the signal has no row (a measured one recorded on under half of that split's checkpoints)."""
     t = ranks[ranks.split.ne("both")]
     order = sorted(set(t.split), key=lambda s: s != discovery)
     cols = {}
@@ -303,7 +306,8 @@ def splits_view(ranks: pd.DataFrame, discovery: str = "forget10") -> pd.DataFram
             part = t[t.outcome.eq(o) & t.split.eq(split)].set_index("signal")
             cols[f"{SHORT[o]}, {split}"] = pd.Series(_ci(part), index=part.index)
     words = t.drop_duplicates("signal").set_index("signal").words
-    return pd.DataFrame(cols).reindex(list(words.index)).rename(index=words).rename_axis("signal").reset_index()
+    return (pd.DataFrame(cols).reindex(list(words.index)).fillna("—").rename(index=words).rename_axis("signal")
+            .reset_index())
 
 
 def partial_view(partial: pd.DataFrame) -> pd.DataFrame:
