@@ -301,19 +301,25 @@ def test_the_page_reads_the_measured_signals_that_joined_by_the_readings_fixed_b
     ranks, partial, shared, best = _measured_case()
     head, lines = P.measured(ranks, partial, best, shared).split("\n\n")
     assert head == ("**Measured at the unlearned weights.** 3 signals of notebook 10 (the probe takes one step of the "
-                    "attack), on 80 of the 80 checkpoints.")
+                    "attack), on 80 of the 80 checkpoints; each ρ, and each comparison with FRAG, is over the "
+                    "checkpoints it is recorded on.")
     delta, after = lines.split("\n")
     assert delta == (
         "- ΔES: ranked by ‖∇ forget loss‖ -0.60 [-0.80, -0.30] (ρ with the forget ES before +0.80; given it, "
-        "-0.20 [-0.50, +0.10]). FRAG ranks better than SAM sharpness +0.20 [+0.05, +0.40] (|ρ(FRAG)| − |ρ|). "
-        "FRAG ranks worse than ‖∇ forget loss‖ -0.30 [-0.50, -0.10] (|ρ(FRAG)| − |ρ|). Against FRAG, not resolved "
-        "for ES after one attack step. Given the forget ES, partial ρ: ‖∇ forget loss‖ -0.40 [-0.60, -0.10]; "
+        "-0.20 [-0.50, +0.10], not resolved: it ranks ΔES through the term −ES before, and the claim rests on the "
+        "forget ES after). FRAG ranks better than SAM sharpness (|ρ(FRAG)| − |ρ| +0.20 [+0.05, +0.40]). "
+        "FRAG ranks worse than ‖∇ forget loss‖ (|ρ(FRAG)| − |ρ| -0.30 [-0.50, -0.10]). |ρ(FRAG)| − |ρ| is not "
+        "resolved for ES after one attack step. Given the forget ES, partial ρ: ‖∇ forget loss‖ -0.40 [-0.60, -0.10]; "
         "SAM sharpness +0.10 [-0.20, +0.30]; ‖∇ forget loss‖ adds rank information. No partial ρ recorded for ES "
         "after one attack step.")
     assert after == (
-        "- Forget ES after: no measured signal ranks it. Against FRAG, not resolved for any. Given the forget "
-        "probability, partial ρ: ‖∇ forget loss‖ +0.00 [-0.30, +0.30]; SAM sharpness +0.00 [-0.30, +0.30]; ES after "
-        "one attack step +0.00 [-0.30, +0.30]; none adds rank information.")
+        "- Forget ES after: no measured signal ranks it. |ρ(FRAG)| − |ρ| is not resolved for any of them. Given the "
+        "forget probability, partial ρ: ‖∇ forget loss‖ +0.00 [-0.30, +0.30]; SAM sharpness +0.00 [-0.30, +0.30]; ES "
+        "after one attack step +0.00 [-0.30, +0.30]; none adds rank information that this n resolves.")
+    # a partial ρ given ES before whose interval clears 0: no shared-term reading
+    clear = shared.assign(partial_high=-0.05)
+    assert "(ρ with the forget ES before +0.80; given it, -0.20 [-0.50, -0.05])." in P.measured(ranks, partial, best,
+                                                                                                 clear)
     assert P.measured(ranks[ranks.signal.eq(P.FRAG)], partial, best, shared) == ""  # none joined: nothing said
 
 
@@ -329,5 +335,14 @@ def test_the_verdict_reads_the_measured_signals_once_and_says_which_are_not_yet_
     assert text.count("**Measured at the unlearned weights.**") == 1
     assert text.endswith("Notebook 10 has recorded ES after one attack step on 3 of the 24 checkpoints; each joins "
                          "these tables once recorded on 12.")
+    # recorded on one split only: the page says so, and that split's partial ρ alone is taken
+    df["grad_norm_forget"] = np.where(df.forget_split.eq("forget10"), df.grad_norm_forget, np.nan)
+    ranks10 = P.rank_table(df, n_boot=50)
+    partial10 = P.partial_table(df, ranks10, n_boot=50)
+    assert "on 12 of the 24 checkpoints (12 of forget10's 12, 0 of forget05's 12);" in P.measured(
+        ranks10, partial10, best, shared)
+    mine = partial10[partial10.signal.eq("grad_norm_forget")]
+    assert set(mine.split) == {"both", "forget10"}
+    assert (P.partial_view(partial10).query("signal == '‖∇ forget loss‖'").forget05 == "—").all()
     g = shared.set_index("signal").loc["grad_norm_forget"]
     assert f"(ρ with the forget ES before {g.rho_es_before:+.2f}; given it, {g.partial:+.2f} [" in text

@@ -203,7 +203,10 @@ def partial_table(df: pd.DataFrame, table: pd.DataFrame, n_boot: int, discovery:
         given = best_pre_attack(table, outcome, discovery)
         for split, mask in splits(df).items():
             part = df[mask]
+            joined = signals(part)
             for signal in of:
+                if signal in MEASURED and signal not in joined:  # recorded on under half of this split
+                    continue
                 p = bootstrap_partial_spearman(part[signal], part[given], list(part[f"{outcome}_seeds"]),
                                                n_boot=n_boot, groups=list(part.model))
                 rows.append({"outcome": outcome, "split": split, "signal": signal, "given": given,
@@ -317,7 +320,7 @@ def partial_view(partial: pd.DataFrame) -> pd.DataFrame:
                        given=partial.given.map(lambda s: SIGNALS[s][1]))
     wide = t.pivot_table(index=["outcome", "given", "signal"], columns="split", values="ci", aggfunc="first",
                          sort=False)
-    return wide[[c for c in ("forget10", "forget05", "both") if c in wide]].reset_index()
+    return wide[[c for c in ("forget10", "forget05", "both") if c in wide]].fillna("—").reset_index()
 
 
 def shared_view(shared: pd.DataFrame) -> pd.DataFrame:
@@ -440,8 +443,24 @@ def _es_before(shared: pd.DataFrame, signal: str) -> str:
     if signal not in shared.index:
         return ""
     r = shared.loc[signal]
+    through = ("" if r.partial_low > 0 or r.partial_high < 0 else
+               ", not resolved: it ranks ΔES through the term −ES before, and the claim rests on the forget ES after")
     return (f" (ρ with the forget ES before {r.rho_es_before:+.2f}; given it, "
-            f"{interval(r.partial, r.partial_low, r.partial_high)})")
+            f"{interval(r.partial, r.partial_low, r.partial_high)}{through})")
+
+
+def _by_split(ranks: pd.DataFrame, signal: str) -> str:
+    """On how many of each split's checkpoints ``signal`` is recorded, in parentheses, from the rows of the splits
+    (a split without the signal's row holds the rest of its pooled n); "" where that cannot be told."""
+    splits_ = [s for s in dict.fromkeys(ranks.split) if s != "both"]
+    rows = ranks[ranks.signal.eq(signal)]
+    known = {s: int(rows[rows.split.eq(s)].n.max()) for s in splits_ if rows.split.eq(s).any()}
+    pooled = rows[rows.split.eq("both")].n
+    if not splits_ or len(splits_) - len(known) > 1 or not len(pooled):
+        return ""
+    known |= {s: int(pooled.max()) - sum(known.values()) for s in splits_ if s not in known}
+    total = {s: int(ranks[ranks.split.eq(s)].n.max()) for s in splits_}
+    return " (" + ", ".join(f"{known[s]} of {s}'s {total[s]}" for s in splits_) + ")"
 
 
 def measured(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], shared: pd.DataFrame | None = None,
@@ -458,10 +477,11 @@ def measured(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], s
     n_all = int(ranks[ranks.split.eq(split) & ranks.outcome.isin(outcomes)].n.max())
     n = t.groupby("signal", sort=False).n.min()
     probe = " (the probe takes one step of the attack)" if "probe_es" in names else ""
-    on = (f"on {int(n.iloc[0])} of the {n_all} checkpoints" if n.nunique() == 1 else "on " + ", ".join(
-        f"{int(k)} ({SIGNALS[s][1]})" for s, k in n.items()) + f" of the {n_all} checkpoints")
+    on = (f"on {int(n.iloc[0])} of the {n_all} checkpoints{_by_split(ranks, names[0]) if split == 'both' else ''}"
+          if n.nunique() == 1 else
+          "on " + ", ".join(f"{int(k)} ({SIGNALS[s][1]})" for s, k in n.items()) + f" of the {n_all} checkpoints")
     out = [f"**Measured at the unlearned weights.** {len(names)} signal{'s' * (len(names) > 1)} of notebook 10{probe}, "
-           f"{on}."]
+           f"{on}; each ρ, and each comparison with FRAG, is over the checkpoints it is recorded on."]
     shared = shared.set_index("signal") if shared is not None and len(shared) else None
     for outcome in outcomes:
         o = t[t.outcome.eq(outcome)]
@@ -477,12 +497,13 @@ def measured(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], s
         better, worse = o.frag_beats_low > 0, o.frag_beats_high < 0
         for words, mask in (("FRAG ranks better than", better), ("FRAG ranks worse than", worse)):
             if mask.any():
-                said.append(f"{words} {_listed(o[mask], 'frag_beats_by', 'frag_beats_low', 'frag_beats_high')} "
-                            "(|ρ(FRAG)| − |ρ|).")
+                said.append(f"{words} " + " and ".join(
+                    f"{r.words} (|ρ(FRAG)| − |ρ| {interval(r.frag_beats_by, r.frag_beats_low, r.frag_beats_high)})"
+                    for _, r in o[mask].iterrows()) + ".")
         rest = o[~(better | worse)]
         if len(rest):
-            said.append("Against FRAG, not resolved for " + ("any." if len(rest) == len(o) else
-                                                             ", ".join(rest.words) + "."))
+            said.append("|ρ(FRAG)| − |ρ| is not resolved for " + ("any of them." if len(rest) == len(o) else
+                                                                  ", ".join(rest.words) + "."))
         p = partial[partial.outcome.eq(outcome) & partial.split.eq(split) & partial.signal.isin(names)]
         p = p.assign(words=p.signal.map(lambda s: SIGNALS[s][1]))
         missing = [SIGNALS[s][1] for s in o.signal if s not in set(p.signal)]
@@ -490,7 +511,7 @@ def measured(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], s
             adds = p[p.adds]
             said.append(f"Given the {SIGNALS[best[outcome]][1]}, partial ρ: {_listed(p)}; " + (
                 f"{', '.join(adds.words)} add{'s' * (len(adds) == 1)} rank information." if len(adds)
-                else "none adds rank information."))
+                else "none adds rank information that this n resolves."))
         if missing:
             said.append(f"No partial ρ recorded for {', '.join(missing)}.")
         out.append(f"- {OUTCOMES[outcome][0].upper() + OUTCOMES[outcome][1:]}: " + " ".join(said))
