@@ -399,8 +399,9 @@ def score_pair(original: str, unlearned: str, data_source: str = "synthetic", fo
     t = time.perf_counter()
     if model is None:
         weights0 = streamed
-    elif dtype != torch.float32 and _streamable(original, scope) is not None:
-        weights0 = _streamable(original, scope)  # the stored weights, not the copy calibration ran in
+    elif dtype != torch.float32:  # the original in fp32, not the copy calibration ran in
+        on_disk = _streamable(original, scope)  # else built again ('tiny') or loaded again (a hub id) on the CPU
+        weights0 = on_disk if on_disk is not None else state_dict_of(models.load_model(original)[0])
     else:
         weights0 = state_dict_of(model)
     result = compute_frag(weights0, ckpt, norms["forget"], norms["retain"], gamma)

@@ -192,6 +192,25 @@ def test_score_pair_streams_the_original_when_calibration_is_cached_with_the_sam
     assert again["frag"] == pytest.approx(dense[0], rel=1e-9)
 
 
+def test_an_original_built_in_memory_is_compared_in_fp32_when_calibration_runs_in_bf16(setup, tokenizer, tmp_path,
+                                                                                       monkeypatch):
+    # 'tiny' cannot be streamed from disk; calibrating it in bf16 (a GPU's dtype) must not make D
+    # count the bf16 rounding of W0 as an update
+    model, w0, _, _ = setup
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(tmp_path / "cache"))
+    edited = copy.deepcopy(model)
+    edited.load_state_dict(_perturbed(w0), strict=False)
+    models.save_checkpoint(edited, tokenizer, tmp_path / "unl")
+    cfg = calibration.CalibConfig(n=8, max_len=64)
+    fp32 = frag.score_pair(models.TINY, str(tmp_path / "unl"), calib=cfg)
+    bf16 = frag.score_pair(models.TINY, str(tmp_path / "unl"), calib=cfg, dtype=torch.bfloat16)
+    expected = math.sqrt(sum(float((v.double() - w0[k].double()).pow(2).sum()) for k, v in _perturbed(w0).items()))
+    assert fp32["l2_all"] == pytest.approx(expected, rel=1e-9)
+    assert bf16["l2_all"] == fp32["l2_all"]
+    assert all(row["sq_diff"] == 0 for row in bf16["per_layer"]
+               if "up_proj" not in row["module"] and "q_proj" not in row["module"])
+
+
 def test_blocks_of_rows_change_nothing(setup, tokenizer, tmp_path, monkeypatch):
     model, w0, xf, xr = setup
     wu = _perturbed(w0, seed=3)
