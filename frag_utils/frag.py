@@ -369,7 +369,8 @@ def score_pair(original: str, unlearned: str, data_source: str = "synthetic", fo
     ckpt = SafetensorsCheckpoint(checkpoint_folder(unlearned))
     # With both calibrations cached (and the original on disk), the original is streamed tensor by
     # tensor like the unlearned one and no model is built: only one tensor of each is in memory.
-    streamed, norms = _streamable(original, scope), {}
+    on_disk = _streamable(original, scope)
+    streamed, norms = on_disk, {}
     if streamed is not None:
         names = _projection_modules(streamed, scope)
         for role, split in splits.items():
@@ -399,8 +400,8 @@ def score_pair(original: str, unlearned: str, data_source: str = "synthetic", fo
     t = time.perf_counter()
     if model is None:
         weights0 = streamed
-    elif dtype != torch.float32:  # the original in fp32, not the copy calibration ran in
-        on_disk = _streamable(original, scope)  # else built again ('tiny') or loaded again (a hub id) on the CPU
+    elif dtype != torch.float32:  # the original in fp32, not the copy calibration ran in: the stored weights, else
+        # the original built again ('tiny') or loaded again (a hub id) on the CPU
         weights0 = on_disk if on_disk is not None else state_dict_of(models.load_model(original)[0])
     else:
         weights0 = state_dict_of(model)
