@@ -187,30 +187,37 @@ def test_the_shared_term_table_is_each_signals_partial_rho_given_es_before():
 
 def test_a_measurement_joins_its_checkpoint_only_from_the_frontier_file_and_of_the_weights_its_05_run_names(
         tmp_path, monkeypatch):
+    """Or of a remake of them within tolerance of the 05 record (another CPU's bits), flagged as such."""
     monkeypatch.setattr(paths, "RUNS_DIR", tmp_path / "runs")
     (tmp_path / "params").mkdir()
     file = tmp_path / "params" / P.FRONTIER_10
     file.write_text("- {profile: t, unlearned_run: a}\n- {profile: t, unlearned_run: b}\n"
-                    "- {profile: t, unlearned_run: c}\n- {profile: t, model: profile-target}\n")
+                    "- {profile: t, unlearned_run: c}\n- {profile: t, unlearned_run: d}\n"
+                    "- {profile: t, unlearned_run: e}\n- {profile: t, model: profile-target}\n")
     planned = runs.plan_run(P.MEASURES_NOTEBOOK, file)
-    shas = {"a": "sha-a", "b": "sha-b-then", "c": "sha-c", "": None}  # what each run measured
+    shas = {"a": "sha-a", "b": "sha-b-then", "c": "sha-c", "d": "sha-d", "e": "sha-e", "": None}  # the 05 record's
+    remade = {"c": None, "d": "within tolerance", "e": "outside tolerance"}  # measured on other bits than the record's
     # a second, complete run of a's checkpoint with another setting: not the frontier file's run, never read
     other = runs.plan_run(P.MEASURES_NOTEBOOK, None, {"profile": "t", "unlearned_run": "a", "probe_lr": 1e-3})[0]
     for spec in [*planned, other]:
         u = spec.params["unlearned_run"]
         spec.out_dir.mkdir(parents=True)
         spec.executed.write_text("{}")
-        results = {"unlearned_run": u, "checkpoint_sha256": {"measured": shas[u], "recorded": shas[u]},
-                   "weights_as_recorded": u != "c", "row": dict.fromkeys(P.MEASURED, 1.0)}
+        measured = f"{shas[u]}-remade" if u in remade else shas[u]
+        results = {"unlearned_run": u, "checkpoint_sha256": {"measured": measured, "recorded": shas[u]},
+                   "weights_as_recorded": u not in remade, "row": dict.fromkeys(P.MEASURED, 1.0),
+                   **({"checkpoint_drift": remade[u] and {"verdict": remade[u]}} if u in remade else {})}
         (spec.out_dir / paths.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": spec.params},
                                                                    "results": results}))
     rec = types.SimpleNamespace(profile="t", planned=lambda nb, f: runs.plan_run(nb, tmp_path / "params" / f),
                                 method_by_run={run: {"results": {"checkpoint_sha256": {"unlearned": sha}}} for run, sha
-                                               in (("a", "sha-a"), ("b", "sha-b-now"), ("c", "sha-c"))})
+                                               in (("a", "sha-a"), ("b", "sha-b-now"), ("c", "sha-c"), ("d", "sha-d"),
+                                                   ("e", "sha-e"))})
     table = P.measures(rec)
-    # b's 05 run was redone since it was measured; c's measurement drifted from its record's weights; the target
-    # belongs to no 05 run
-    assert list(table.run) == ["05_unlearn/a"] and list(table.columns) == ["run", *P.MEASURED]
+    # b's 05 run was redone since it was measured; c measured other weights than its record's, with no remake's drift
+    # to judge them by; e's remake landed outside tolerance; the target belongs to no 05 run
+    assert list(table.run) == ["05_unlearn/a", "05_unlearn/d"] and list(table.columns) == ["run", *P.MEASURED, "remade"]
+    assert list(table.remade) == [False, True]
     nb = json.loads((paths.NOTEBOOKS_DIR / "10_sharpness.ipynb").read_text())
     code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     assert all(f'"{s}":' in code for s in P.MEASURED)  # notebook 10's row holds every measured signal by its name
@@ -321,6 +328,10 @@ def test_the_page_reads_the_measured_signals_that_joined_by_the_readings_fixed_b
     assert "(ρ with the forget ES before +0.80; given it, -0.20 [-0.50, -0.05])." in P.measured(ranks, partial, best,
                                                                                                  clear)
     assert P.measured(ranks[ranks.signal.eq(P.FRAG)], partial, best, shared) == ""  # none joined: nothing said
+    # measured on remakes within tolerance of their records (another CPU's bits): the page says on how many
+    assert P.measured(ranks, partial, best, shared, remade=5).split("\n\n")[0] == head.replace(
+        "80 checkpoints;", "80 checkpoints (5 of them on a checkpoint remade on another CPU's kernels, within "
+        "tolerance of its record rather than its bits);")
 
 
 def test_the_verdict_reads_the_measured_signals_once_and_says_which_are_not_yet_in_the_tables():

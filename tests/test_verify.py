@@ -94,6 +94,33 @@ def test_drift_is_judged_per_metric_by_the_tolerance_file_and_bits_are_named(tmp
         "  differs from the record at: /frag/l2_all: 100.0 against 100.00001; /run: only in the second")
 
 
+def test_a_remake_read_by_a_later_run_is_judged_against_its_record_only_for_the_weights_it_made(tmp_path,
+                                                                                                  monkeypatch):
+    """A run that measured remade weights (another CPU's bits) records the drift of the remake that made them;
+    a remake of other weights, or none, tells it nothing."""
+    runs_dir, cache = tmp_path / "runs", tmp_path / "cache"
+    monkeypatch.setattr(paths, "RUNS_DIR", runs_dir)
+    monkeypatch.setenv("FRAG_CACHE_DIR", str(cache))
+    recorded = {"evaluation": {"unlearned": {"es": 0.30, "model_utility": 0.40}},
+                "checkpoint_sha256": {"unlearned": "a"}}
+    _record(runs_dir / "05_unlearn", "run", recorded)
+    assert drift.of_remade("05_unlearn", "run", "unlearned", "b") is None  # nothing remade
+    remade = {"evaluation": {"unlearned": {"es": 0.33, "model_utility": 0.41}},
+              "checkpoint_sha256": {"unlearned": "b"}}
+    _record(paths.cache_dir() / "remade" / "05_unlearn", "run", remade)
+    tolerance = {"es": (0.05, 0.0), "model_utility": (0.02, 0.0)}
+    monkeypatch.setattr(drift, "load_tolerance", lambda: tolerance)
+    got = drift.of_remade("05_unlearn", "run", "unlearned", "b")
+    assert got["verdict"] == "within tolerance" and got["judged"] == 2 and got["outside"] == []
+    # the largest drift as a share of its tolerance: ES 0.03 of 0.05 against Model Utility 0.01 of 0.02
+    assert got["largest"] == {"metric": "/evaluation/unlearned/es", "drift": pytest.approx(0.03), "tolerance": 0.05}
+    assert drift.of_remade("05_unlearn", "run", "unlearned", "c") is None  # other weights than the remake's
+    assert drift.of_remade("05_unlearn", "run", "unlearned", None) is None
+    monkeypatch.setattr(drift, "load_tolerance", lambda: {"es": (0.01, 0.0), "model_utility": (0.02, 0.0)})
+    got = drift.of_remade("05_unlearn", "run", "unlearned", "b")
+    assert got["verdict"] == "outside tolerance" and got["outside"] == ["/evaluation/unlearned/es"]
+
+
 def test_a_tolerance_file_with_a_bad_entry_says_which(tmp_path):
     bad = tmp_path / "tolerance.yaml"
     bad.write_text("es: 0.05\nmodel_utility: lots\n")

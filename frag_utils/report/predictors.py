@@ -67,7 +67,8 @@ def checkpoints(rec: Records, healthy_rule: str = "paper", attack_data: str = "f
                    es_after_seeds=[[b + d for d in ds] for b, ds in zip(df.es, df.delta_es)])
     df = df.assign(delta_es=df.delta_es_seeds.map(np.mean), es_after=df.es_after_seeds.map(np.mean))
     df = df.merge(measures(rec), on="run", how="left")
-    keep = ["model", "method", "forget_split", "strength", *[s for s in SIGNALS if s in df],
+    df = df.assign(remade=df.remade.eq(True))  # measured on a remake within tolerance of its record
+    keep = ["model", "method", "forget_split", "strength", *[s for s in SIGNALS if s in df], "remade",
             *[c for o in OUTCOMES for c in (o, f"{o}_seeds")], "attack_seeds", "run"]
     return df[keep]
 
@@ -91,9 +92,9 @@ def recovery(profile: str) -> pd.Series:
 
 def measures(rec: Records) -> pd.DataFrame:
     """The measured family of :data:`SIGNALS` by notebook-05 run (``run``): the complete runs of notebook 10's
-    frontier file (:data:`FRONTIER_10`; a run with other settings is not read), each only while the weights it
-    measured are those its 05 record names now (bit for bit: a 05 run redone since, or a remake that drifted, is
-    not read)."""
+    frontier file (:data:`FRONTIER_10`; a run with other settings is not read), each only while its 05 record is
+    the one it measured against, and on that record's weights bit for bit or on a remake of it within tolerance
+    (another CPU's kernels: ``remade`` is True). A 05 run redone since, or a remake outside tolerance, is not read."""
     found = []
     for spec in rec.planned(MEASURES_NOTEBOOK, FRONTIER_10):
         if not spec.is_complete():
@@ -101,9 +102,13 @@ def measures(rec: Records) -> pd.DataFrame:
         r = records.read_json(spec.out_dir / paths.RESULTS_FILE)["results"]
         u = r["unlearned_run"]
         named = rec.method_by_run.get(u, {}).get("results", {}).get("checkpoint_sha256", {}).get("unlearned")
-        if u and named and r["weights_as_recorded"] and r["checkpoint_sha256"]["measured"] == named:
-            found.append({"run": f"05_unlearn/{u}", **{s: r["row"][s] for s in MEASURED}})
-    return pd.DataFrame(found, columns=["run", *MEASURED]).drop_duplicates("run", keep=False)
+        if not (u and named and r["checkpoint_sha256"]["recorded"] == named):
+            continue
+        same = r["weights_as_recorded"] and r["checkpoint_sha256"]["measured"] == named
+        near = (r.get("checkpoint_drift") or {}).get("verdict") in ("bit-identical", "within tolerance")
+        if same or near:
+            found.append({"run": f"05_unlearn/{u}", **{s: r["row"][s] for s in MEASURED}, "remade": not same})
+    return pd.DataFrame(found, columns=["run", *MEASURED, "remade"]).drop_duplicates("run", keep=False)
 
 
 MEASURED_MIN_SHARE = 0.5  # a measured signal joins the tables once recorded on this share of the checkpoints
@@ -463,13 +468,20 @@ def _by_split(ranks: pd.DataFrame, signal: str) -> str:
     return " (" + ", ".join(f"{known[s]} of {s}'s {total[s]}" for s in splits_) + ")"
 
 
+def _remade(k: int) -> str:
+    """How many measurements were taken on a remake within tolerance of its checkpoint's record, as a clause."""
+    return (f" ({k} of them on a checkpoint remade on another CPU's kernels, within tolerance of its record rather "
+            "than its bits)" if k else "")
+
+
 def measured(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], shared: pd.DataFrame | None = None,
-             split: str = "both", outcomes: Sequence[str] = ("delta_es", "es_after")) -> str:
+             split: str = "both", outcomes: Sequence[str] = ("delta_es", "es_after"), remade: int = 0) -> str:
     """What the results page says of the measured signals that joined the tables, per outcome of ``outcomes`` over
     ``split``, by the readings docs/choices.md fixed: which rank it (pooled interval clear of 0; a ΔES claim names
     the signal's ρ with the forget ES before and its partial ρ given it, from ``shared``, the term it may share with
     ΔES), where |ρ(FRAG)| − |ρ(signal)| is resolved and where not, and each one's partial ρ given the best
-    pre-attack signal (which add rank information). Empty where none joined. The share recovered is in the tables."""
+    pre-attack signal (which add rank information); ``remade``: how many were measured on a remake within tolerance
+    of its record, not its bits. Empty where none joined. The share recovered is in the tables."""
     t = ranks[ranks.split.eq(split) & ranks.signal.isin(MEASURED) & ranks.outcome.isin(outcomes)]
     if not len(t):
         return ""
@@ -481,7 +493,7 @@ def measured(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], s
           if n.nunique() == 1 else
           "on " + ", ".join(f"{int(k)} ({SIGNALS[s][1]})" for s, k in n.items()) + f" of the {n_all} checkpoints")
     out = [f"**Measured at the unlearned weights.** {len(names)} signal{'s' * (len(names) > 1)} of notebook 10{probe}, "
-           f"{on}; each ρ, and each comparison with FRAG, is over the checkpoints it is recorded on."]
+           f"{on}{_remade(remade)}; each ρ, and each comparison with FRAG, is over the checkpoints it is recorded on."]
     shared = shared.set_index("signal") if shared is not None and len(shared) else None
     for outcome in outcomes:
         o = t[t.outcome.eq(outcome)]
@@ -520,11 +532,12 @@ def measured(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], s
 
 def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], split: str = "both",
             test_split: str = "forget05", measured_on: dict[str, int] | None = None, n: int = 0,
-            shared: pd.DataFrame | None = None) -> str:
+            shared: pd.DataFrame | None = None, remade: int = 0) -> str:
     """The results page's answer, per outcome over ``split``: the signals whose interval excludes 0, the best
     pre-attack signal (and its test on ``test_split``) against FRAG, and FRAG's partial ρ given it; then what
     :func:`measured` says of the measured signals in the tables (``shared``: the shared-term table), and what
-    :func:`coverage` says of those not yet in them (``measured_on``, of ``n`` checkpoints)."""
+    :func:`coverage` says of those not yet in them (``measured_on``, of ``n`` checkpoints; ``remade``: how many
+    measurements were taken on a remake within tolerance of its record)."""
     out = []
     for outcome, words in OUTCOMES.items():
         t = ranks[ranks.outcome.eq(outcome) & ranks.split.eq(split)].set_index("signal")
@@ -541,7 +554,7 @@ def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], sp
             f"{words} at {interval(test.rho, test.low, test.high)} ({_test(test, b)}). |ρ(FRAG)| − |ρ({b.words})| is "
             f"{_against(b)}. Given it, FRAG's partial ρ is {interval(p.rho, p.low, p.high)}"
             + (": FRAG adds rank information." if p.adds else ", not resolved."))
-    joined = measured(ranks, partial, best, shared, split)
+    joined = measured(ranks, partial, best, shared, split, remade=remade)
     out += [joined, coverage(measured_on or {}, n, header=not joined)]
     return "\n\n".join(o for o in out if o)
 
@@ -563,5 +576,6 @@ def build(book) -> dict[Table, object]:
             AUTHORS_RANKS: sourced(authors, [run]), AUTHORS_WIDE: sourced(authors_view(authors), [run]),
             FOREST: sourced(plots.predictor_forest(ranks, authors), [run]),
             VERDICT: sourced(Text(verdict(ranks, partial, res["best_pre_attack"], measured_on=res.get("measured_on"),
-                                          n=res["checkpoints"], shared=pd.DataFrame(res["shared_term"]))), [run]),
+                                          n=res["checkpoints"], shared=pd.DataFrame(res["shared_term"]),
+                                          remade=res.get("measured_remade", 0))), [run]),
             HEADLINE: sourced(Text(headline(ranks, res["best_pre_attack"])), [run])}
