@@ -218,6 +218,9 @@ def test_a_measurement_joins_its_checkpoint_only_from_the_frontier_file_and_of_t
     # to judge them by; e's remake landed outside tolerance; the target belongs to no 05 run
     assert list(table.run) == ["05_unlearn/a", "05_unlearn/d"] and list(table.columns) == ["run", *P.MEASURED, "remade"]
     assert list(table.remade) == [False, True]
+    every = P.measurements(rec).set_index("run").weights  # and why the others are not read
+    assert every.to_dict() == {"05_unlearn/a": "recorded", "05_unlearn/b": "redone", "05_unlearn/c": "unjudged",
+                               "05_unlearn/d": "within tolerance", "05_unlearn/e": "outside tolerance"}
     nb = json.loads((paths.NOTEBOOKS_DIR / "10_sharpness.ipynb").read_text())
     code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     assert all(f'"{s}":' in code for s in P.MEASURED)  # notebook 10's row holds every measured signal by its name
@@ -329,9 +332,12 @@ def test_the_page_reads_the_measured_signals_that_joined_by_the_readings_fixed_b
                                                                                                  clear)
     assert P.measured(ranks[ranks.signal.eq(P.FRAG)], partial, best, shared) == ""  # none joined: nothing said
     # measured on remakes within tolerance of their records (another CPU's bits): the page says on how many
-    assert P.measured(ranks, partial, best, shared, remade=5).split("\n\n")[0] == head.replace(
-        "80 checkpoints;", "80 checkpoints (5 of them on a checkpoint remade on another CPU's kernels, within "
-        "tolerance of its record rather than its bits);")
+    assert P.measured(ranks, partial, best, shared, remade=5).split("\n\n")[0] == head + (
+        " 5 of them were measured on a checkpoint remade on another CPU's kernels, within tolerance of its record "
+        "rather than its bits.")
+    # and those measured on weights that do not stand in for the record's are counted, with why
+    assert P.measured(ranks, partial, best, shared, not_read={"outside tolerance": 2, "redone": 0}).split(
+        "\n\n")[0] == head + " 2 more were measured but not read: 2 on a remake outside tolerance of its record."
 
 
 def test_the_verdict_reads_the_measured_signals_once_and_says_which_are_not_yet_in_the_tables():

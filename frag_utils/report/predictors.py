@@ -90,25 +90,42 @@ def recovery(profile: str) -> pd.Series:
     return pd.Series(df.delta_es.to_numpy(), index=df.run.str.split("/", n=1).str[1], name="delta_es")
 
 
-def measures(rec: Records) -> pd.DataFrame:
-    """The measured family of :data:`SIGNALS` by notebook-05 run (``run``): the complete runs of notebook 10's
-    frontier file (:data:`FRONTIER_10`; a run with other settings is not read), each only while its 05 record is
-    the one it measured against, and on that record's weights bit for bit or on a remake of it within tolerance
-    (another CPU's kernels: ``remade`` is True). A 05 run redone since, or a remake outside tolerance, is not read."""
+READ = ("recorded", "within tolerance")  # the weights a measurement counts on: its record's, or a remake near them
+
+
+def measurements(rec: Records) -> pd.DataFrame:
+    """Every complete run of notebook 10's frontier file (:data:`FRONTIER_10`; a run with other settings is not
+    read) that measured a notebook-05 checkpoint, by that run (``run``): its measured family of :data:`SIGNALS` and
+    ``weights``, how the weights it measured stand to the 05 record: ``recorded`` (bit for bit), ``within
+    tolerance`` or ``outside tolerance`` (a remake on another CPU's kernels, judged by its drift against the
+    record), ``unjudged`` (other bits, and no remake's drift recorded), ``redone`` (the 05 run was made again
+    since: its record names other weights)."""
     found = []
     for spec in rec.planned(MEASURES_NOTEBOOK, FRONTIER_10):
         if not spec.is_complete():
             continue
         r = records.read_json(spec.out_dir / paths.RESULTS_FILE)["results"]
         u = r["unlearned_run"]
-        named = rec.method_by_run.get(u, {}).get("results", {}).get("checkpoint_sha256", {}).get("unlearned")
-        if not (u and named and r["checkpoint_sha256"]["recorded"] == named):
+        if not u:
             continue
-        same = r["weights_as_recorded"] and r["checkpoint_sha256"]["measured"] == named
-        near = (r.get("checkpoint_drift") or {}).get("verdict") in ("bit-identical", "within tolerance")
-        if same or near:
-            found.append({"run": f"05_unlearn/{u}", **{s: r["row"][s] for s in MEASURED}, "remade": not same})
-    return pd.DataFrame(found, columns=["run", *MEASURED, "remade"]).drop_duplicates("run", keep=False)
+        named = rec.method_by_run.get(u, {}).get("results", {}).get("checkpoint_sha256", {}).get("unlearned")
+        if not (named and r["checkpoint_sha256"]["recorded"] == named):
+            weights = "redone"
+        elif r["weights_as_recorded"] and r["checkpoint_sha256"]["measured"] == named:
+            weights = "recorded"
+        else:
+            weights = (r.get("checkpoint_drift") or {}).get("verdict", "unjudged").replace("bit-identical", "recorded")
+        found.append({"run": f"05_unlearn/{u}", **{s: r["row"][s] for s in MEASURED}, "weights": weights})
+    return pd.DataFrame(found, columns=["run", *MEASURED, "weights"]).drop_duplicates("run", keep=False)
+
+
+def measures(rec: Records) -> pd.DataFrame:
+    """The measured family of :data:`SIGNALS` by notebook-05 run (``run``) where it counts (:func:`measurements`):
+    on its record's weights bit for bit, or on a remake within tolerance of that record (``remade`` True). A 05 run
+    redone since, or a remake outside tolerance, is not read."""
+    m = measurements(rec)
+    m = m[m.weights.isin(READ)]
+    return m.assign(remade=m.weights.eq("within tolerance")).drop(columns="weights").reset_index(drop=True)
 
 
 MEASURED_MIN_SHARE = 0.5  # a measured signal joins the tables once recorded on this share of the checkpoints
@@ -468,20 +485,33 @@ def _by_split(ranks: pd.DataFrame, signal: str) -> str:
     return " (" + ", ".join(f"{known[s]} of {s}'s {total[s]}" for s in splits_) + ")"
 
 
-def _remade(k: int) -> str:
-    """How many measurements were taken on a remake within tolerance of its checkpoint's record, as a clause."""
-    return (f" ({k} of them on a checkpoint remade on another CPU's kernels, within tolerance of its record rather "
-            "than its bits)" if k else "")
+NOT_READ = {"outside tolerance": "on a remake outside tolerance of its record",
+            "unjudged": "on other weights than its record's, with no remake's drift recorded",
+            "redone": "before its 05 run was made again"}  # why a measurement is not read (:func:`measurements`)
+
+
+def _remade(k: int, not_read: dict[str, int] | None = None) -> str:
+    """How many measurements were taken on a remake within tolerance of its checkpoint's record, and how many were
+    not read and why (``not_read``: :data:`NOT_READ`'s key -> count), as a sentence after a space; "" for none."""
+    parts = [f"{k} of them were measured on a checkpoint remade on another CPU's kernels, within tolerance of its "
+             "record rather than its bits"] if k else []
+    left = {why: j for why, j in (not_read or {}).items() if j}
+    if left:
+        parts.append(f"{sum(left.values())} more were measured but not read: " + ", ".join(
+            f"{j} {NOT_READ.get(why, why)}" for why, j in left.items()))
+    return f" {'; '.join(parts)}." if parts else ""
 
 
 def measured(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], shared: pd.DataFrame | None = None,
-             split: str = "both", outcomes: Sequence[str] = ("delta_es", "es_after"), remade: int = 0) -> str:
+             split: str = "both", outcomes: Sequence[str] = ("delta_es", "es_after"), remade: int = 0,
+             not_read: dict[str, int] | None = None) -> str:
     """What the results page says of the measured signals that joined the tables, per outcome of ``outcomes`` over
     ``split``, by the readings docs/choices.md fixed: which rank it (pooled interval clear of 0; a ΔES claim names
     the signal's ρ with the forget ES before and its partial ρ given it, from ``shared``, the term it may share with
     ΔES), where |ρ(FRAG)| − |ρ(signal)| is resolved and where not, and each one's partial ρ given the best
     pre-attack signal (which add rank information); ``remade``: how many were measured on a remake within tolerance
-    of its record, not its bits. Empty where none joined. The share recovered is in the tables."""
+    of its record, not its bits; ``not_read``: how many were not read, by why (:data:`NOT_READ`). Empty where none
+    joined. The share recovered is in the tables."""
     t = ranks[ranks.split.eq(split) & ranks.signal.isin(MEASURED) & ranks.outcome.isin(outcomes)]
     if not len(t):
         return ""
@@ -493,7 +523,8 @@ def measured(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], s
           if n.nunique() == 1 else
           "on " + ", ".join(f"{int(k)} ({SIGNALS[s][1]})" for s, k in n.items()) + f" of the {n_all} checkpoints")
     out = [f"**Measured at the unlearned weights.** {len(names)} signal{'s' * (len(names) > 1)} of notebook 10{probe}, "
-           f"{on}{_remade(remade)}; each ρ, and each comparison with FRAG, is over the checkpoints it is recorded on."]
+           f"{on}; each ρ, and each comparison with FRAG, is over the checkpoints it is recorded on."
+           f"{_remade(remade, not_read)}"]
     shared = shared.set_index("signal") if shared is not None and len(shared) else None
     for outcome in outcomes:
         o = t[t.outcome.eq(outcome)]
@@ -532,12 +563,12 @@ def measured(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], s
 
 def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], split: str = "both",
             test_split: str = "forget05", measured_on: dict[str, int] | None = None, n: int = 0,
-            shared: pd.DataFrame | None = None, remade: int = 0) -> str:
+            shared: pd.DataFrame | None = None, remade: int = 0, not_read: dict[str, int] | None = None) -> str:
     """The results page's answer, per outcome over ``split``: the signals whose interval excludes 0, the best
     pre-attack signal (and its test on ``test_split``) against FRAG, and FRAG's partial ρ given it; then what
     :func:`measured` says of the measured signals in the tables (``shared``: the shared-term table), and what
     :func:`coverage` says of those not yet in them (``measured_on``, of ``n`` checkpoints; ``remade``: how many
-    measurements were taken on a remake within tolerance of its record)."""
+    measurements were taken on a remake within tolerance of its record; ``not_read``: those not read, by why)."""
     out = []
     for outcome, words in OUTCOMES.items():
         t = ranks[ranks.outcome.eq(outcome) & ranks.split.eq(split)].set_index("signal")
@@ -554,7 +585,7 @@ def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], sp
             f"{words} at {interval(test.rho, test.low, test.high)} ({_test(test, b)}). |ρ(FRAG)| − |ρ({b.words})| is "
             f"{_against(b)}. Given it, FRAG's partial ρ is {interval(p.rho, p.low, p.high)}"
             + (": FRAG adds rank information." if p.adds else ", not resolved."))
-    joined = measured(ranks, partial, best, shared, split, remade=remade)
+    joined = measured(ranks, partial, best, shared, split, remade=remade, not_read=not_read)
     out += [joined, coverage(measured_on or {}, n, header=not joined)]
     return "\n\n".join(o for o in out if o)
 
@@ -577,5 +608,6 @@ def build(book) -> dict[Table, object]:
             FOREST: sourced(plots.predictor_forest(ranks, authors), [run]),
             VERDICT: sourced(Text(verdict(ranks, partial, res["best_pre_attack"], measured_on=res.get("measured_on"),
                                           n=res["checkpoints"], shared=pd.DataFrame(res["shared_term"]),
-                                          remade=res.get("measured_remade", 0))), [run]),
+                                          remade=res.get("measured_remade", 0),
+                                          not_read=res.get("measured_not_read"))), [run]),
             HEADLINE: sourced(Text(headline(ranks, res["best_pre_attack"])), [run])}
