@@ -117,29 +117,42 @@ def compare(recorded_file: Path, remade_file: Path, tolerance: dict[str, tuple[f
     return {"verdict": verdict, "rows": rows, "weights": weights, "kernels": kernels, "differences": differences}
 
 
+def remade_dir(notebook: str, run: str) -> Path:
+    """Where the runner remakes a recorded run (:func:`frag_utils.runs.remake`): ``<cache>/remade/<notebook>/<run>``,
+    in the cache of the kernel path the process runs on."""
+    return paths.cache_dir() / "remade" / notebook / run
+
+
 def of_remade(notebook: str, run: str, role: str, sha256: str | None) -> dict | None:
     """How far the remake of the recorded run ``notebook``/``run`` that made the weights ``sha256`` of ``role`` landed
-    from that run's record: the remake the runner wrote into ``<cache>/remade/`` (:func:`frag_utils.runs.remake`),
-    judged by :func:`compare`. A run that reads a checkpoint remade on another CPU's kernels (other bits) records
-    this, so that a reader can tell whether the weights it measured stand in for the recorded ones.
+    from that run's record: the remake the runner wrote (:func:`remade_dir`), judged by :func:`compare`. A run that
+    reads a checkpoint remade on another CPU's kernels (other bits) records this, so that a reader can tell whether
+    the weights it measured stand in for the recorded ones.
 
     Returns:
-        ``verdict`` and ``kernels`` of :func:`compare`, ``judged`` (how many numbers a tolerance judged),
-        ``outside`` (the metrics outside tolerance) and ``largest`` (the judged number whose drift is the largest
-        share of its tolerance: ``metric``, ``drift``, ``tolerance``); None where the cache holds no remake of the
-        run that made those weights.
+        ``verdict`` of :func:`compare` (``unjudged`` where the bits differ and no number has a tolerance),
+        ``kernels``, ``judged`` (how many numbers a tolerance judged), ``outside`` (the metrics outside tolerance)
+        and ``largest`` (the judged number whose drift is the largest share of its tolerance: ``metric``, ``drift``,
+        ``tolerance``); None where the cache holds no remake of the run that made those weights.
     """
     recorded = paths.RUNS_DIR / notebook / run / paths.RESULTS_FILE
-    remade = paths.cache_dir() / "remade" / notebook / run / paths.RESULTS_FILE
+    remade = remade_dir(notebook, run) / paths.RESULTS_FILE
     if not (sha256 and recorded.is_file() and remade.is_file()):
         return None
     if json.loads(remade.read_text())["results"].get("checkpoint_sha256", {}).get(role) != sha256:
         return None  # remade again since, or these weights came from elsewhere
     report = compare(recorded, remade)
     rows = report["rows"]
-    share = [r["drift"] / r["tolerance"] if r["tolerance"] else (0.0 if r["drift"] == 0 else math.inf) for r in rows]
-    largest = rows[share.index(max(share))] if rows else None
-    return {"verdict": report["verdict"], "kernels": report["kernels"], "judged": len(rows),
+
+    def share(r: dict) -> float:  # of its tolerance; NaN on both sides is no drift, on one side outside any
+        d = r["drift"]
+        if math.isnan(d):
+            return 0.0 if r["ok"] else math.inf
+        return d / r["tolerance"] if r["tolerance"] else 0.0 if d == 0 else math.inf
+
+    largest = max(rows, key=share, default=None)
+    verdict = "unjudged" if report["verdict"] != "bit-identical" and not rows else report["verdict"]
+    return {"verdict": verdict, "kernels": report["kernels"], "judged": len(rows),
             "outside": [r["metric"] for r in rows if not r["ok"]],
             "largest": largest and {k: largest[k] for k in ("metric", "drift", "tolerance")}}
 

@@ -444,7 +444,7 @@ def remake(spec: RunSpec, reason: str, once: bool = False, roles: tuple[str, ...
     had (``already current``): two jobs, or machines sharing a cache, make one checkpoint once."""
     import fcntl
 
-    out = paths.cache_dir() / "remade" / spec.notebook.stem / spec.name
+    out = drift.remade_dir(spec.notebook.stem, spec.name)
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / f".{spec.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or its process dies

@@ -333,11 +333,13 @@ def test_the_page_reads_the_measured_signals_that_joined_by_the_readings_fixed_b
     assert P.measured(ranks[ranks.signal.eq(P.FRAG)], partial, best, shared) == ""  # none joined: nothing said
     # measured on remakes within tolerance of their records (another CPU's bits): the page says on how many
     assert P.measured(ranks, partial, best, shared, remade=5).split("\n\n")[0] == head + (
-        " 5 of them were measured on a checkpoint remade on another CPU's kernels, within tolerance of its record "
+        " On 5 checkpoints the weights measured are a remake on another CPU's kernels, within tolerance of the record "
         "rather than its bits.")
     # and those measured on weights that do not stand in for the record's are counted, with why
-    assert P.measured(ranks, partial, best, shared, not_read={"outside tolerance": 2, "redone": 0}).split(
-        "\n\n")[0] == head + " 2 more were measured but not read: 2 on a remake outside tolerance of its record."
+    assert P.measured(ranks, partial, best, shared, remade=1, not_read={"outside tolerance": 2, "redone": 0}).split(
+        "\n\n")[0] == head + (" On 1 checkpoint the weights measured are a remake on another CPU's kernels, within "
+                              "tolerance of the record rather than its bits. Of the checkpoints measured, 2 are not "
+                              "read: 2 on a remake outside tolerance of its record.")
 
 
 def test_the_verdict_reads_the_measured_signals_once_and_says_which_are_not_yet_in_the_tables():
@@ -352,6 +354,11 @@ def test_the_verdict_reads_the_measured_signals_once_and_says_which_are_not_yet_
     assert text.count("**Measured at the unlearned weights.**") == 1
     assert text.endswith("Notebook 10 has recorded ES after one attack step on 3 of the 24 checkpoints; each joins "
                          "these tables once recorded on 12.")
+    # before any measured signal joins, the page still says which measurements it does not read
+    alone = P.verdict(ranks[~ranks.signal.isin(P.MEASURED)], partial, best, measured_on={"probe_es": 3}, n=24,
+                      shared=shared, not_read={"unjudged": 1})
+    assert alone.endswith("once recorded on 12. Of the checkpoints measured, 1 is not read: 1 on other weights than "
+                          "its record's, with no remake's drift recorded.")
     # recorded on one split only: the page says so, and that split's partial ρ alone is taken
     df["grad_norm_forget"] = np.where(df.forget_split.eq("forget10"), df.grad_norm_forget, np.nan)
     ranks10 = P.rank_table(df, n_boot=50)

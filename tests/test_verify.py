@@ -101,13 +101,15 @@ def test_a_remake_read_by_a_later_run_is_judged_against_its_record_only_for_the_
     runs_dir, cache = tmp_path / "runs", tmp_path / "cache"
     monkeypatch.setattr(paths, "RUNS_DIR", runs_dir)
     monkeypatch.setenv("FRAG_CACHE_DIR", str(cache))
+    monkeypatch.setenv(paths.KERNELS_ENV, "AVX2")  # a job on the records' kernel path: its cache's own folder
     recorded = {"evaluation": {"unlearned": {"es": 0.30, "model_utility": 0.40}},
                 "checkpoint_sha256": {"unlearned": "a"}}
     _record(runs_dir / "05_unlearn", "run", recorded)
     assert drift.of_remade("05_unlearn", "run", "unlearned", "b") is None  # nothing remade
     remade = {"evaluation": {"unlearned": {"es": 0.33, "model_utility": 0.41}},
               "checkpoint_sha256": {"unlearned": "b"}}
-    _record(paths.cache_dir() / "remade" / "05_unlearn", "run", remade)
+    _record(drift.remade_dir("05_unlearn", "run").parent, "run", remade)  # where runs.remake writes it
+    assert drift.remade_dir("05_unlearn", "run") == cache / "kernels-avx2" / "remade" / "05_unlearn" / "run"
     tolerance = {"es": (0.05, 0.0), "model_utility": (0.02, 0.0)}
     monkeypatch.setattr(drift, "load_tolerance", lambda: tolerance)
     got = drift.of_remade("05_unlearn", "run", "unlearned", "b")
@@ -119,6 +121,13 @@ def test_a_remake_read_by_a_later_run_is_judged_against_its_record_only_for_the_
     monkeypatch.setattr(drift, "load_tolerance", lambda: {"es": (0.01, 0.0), "model_utility": (0.02, 0.0)})
     got = drift.of_remade("05_unlearn", "run", "unlearned", "b")
     assert got["verdict"] == "outside tolerance" and got["outside"] == ["/evaluation/unlearned/es"]
+    # a number NaN on one side only is the largest drift; no number a tolerance names: other bits, unjudged
+    remade["evaluation"]["unlearned"]["model_utility"] = float("nan")
+    (drift.remade_dir("05_unlearn", "run") / paths.RESULTS_FILE).write_text(json.dumps({"results": remade}))
+    assert drift.of_remade("05_unlearn", "run", "unlearned", "b")["largest"]["metric"] == (
+        "/evaluation/unlearned/model_utility")
+    monkeypatch.setattr(drift, "load_tolerance", lambda: {})
+    assert drift.of_remade("05_unlearn", "run", "unlearned", "b")["verdict"] == "unjudged"
 
 
 def test_a_tolerance_file_with_a_bad_entry_says_which(tmp_path):

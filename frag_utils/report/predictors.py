@@ -45,7 +45,8 @@ AUTHORS_SCALES = ("1B", "3B")  # the authors' model sizes: Llama-3.2-1B and 3B
 
 def checkpoints(rec: Records, healthy_rule: str = "paper", attack_data: str = "forget_retain") -> pd.DataFrame:
     """One row per frontier checkpoint healthy by ``healthy_rule`` that ``attack_data`` attacked: its method
-    (``model``), split, every signal of :data:`SIGNALS` the records hold, and per outcome of :data:`OUTCOMES` the
+    (``model``), split, every signal of :data:`SIGNALS` the records hold, ``remade`` (its measured family was
+    taken on a remake within tolerance of its record: :func:`measures`), and per outcome of :data:`OUTCOMES` the
     list of its seeds' values (``<outcome>_seeds``) and their mean."""
     from . import frontier
 
@@ -93,13 +94,14 @@ def recovery(profile: str) -> pd.Series:
 READ = ("recorded", "within tolerance")  # the weights a measurement counts on: its record's, or a remake near them
 
 
-def measurements(rec: Records) -> pd.DataFrame:
+def measurements(rec: Records, unique: bool = True) -> pd.DataFrame:
     """Every complete run of notebook 10's frontier file (:data:`FRONTIER_10`; a run with other settings is not
     read) that measured a notebook-05 checkpoint, by that run (``run``): its measured family of :data:`SIGNALS` and
     ``weights``, how the weights it measured stand to the 05 record: ``recorded`` (bit for bit), ``within
     tolerance`` or ``outside tolerance`` (a remake on another CPU's kernels, judged by its drift against the
-    record), ``unjudged`` (other bits, and no remake's drift recorded), ``redone`` (the 05 run was made again
-    since: its record names other weights)."""
+    record), ``unjudged`` (other bits, and no remake's drift that judged them), ``redone`` (the 05 run was made
+    again since: its record names other weights). ``unique``: a run measured twice is dropped (which to read is
+    not known)."""
     found = []
     for spec in rec.planned(MEASURES_NOTEBOOK, FRONTIER_10):
         if not spec.is_complete():
@@ -116,15 +118,16 @@ def measurements(rec: Records) -> pd.DataFrame:
         else:
             weights = (r.get("checkpoint_drift") or {}).get("verdict", "unjudged").replace("bit-identical", "recorded")
         found.append({"run": f"05_unlearn/{u}", **{s: r["row"][s] for s in MEASURED}, "weights": weights})
-    return pd.DataFrame(found, columns=["run", *MEASURED, "weights"]).drop_duplicates("run", keep=False)
+    found = pd.DataFrame(found, columns=["run", *MEASURED, "weights"])
+    return found.drop_duplicates("run", keep=False) if unique else found
 
 
 def measures(rec: Records) -> pd.DataFrame:
     """The measured family of :data:`SIGNALS` by notebook-05 run (``run``) where it counts (:func:`measurements`):
     on its record's weights bit for bit, or on a remake within tolerance of that record (``remade`` True). A 05 run
     redone since, or a remake outside tolerance, is not read."""
-    m = measurements(rec)
-    m = m[m.weights.isin(READ)]
+    m = measurements(rec, unique=False)
+    m = m[m.weights.isin(READ)].drop_duplicates("run", keep=False)  # one that is not read leaves the other
     return m.assign(remade=m.weights.eq("within tolerance")).drop(columns="weights").reset_index(drop=True)
 
 
@@ -490,16 +493,22 @@ NOT_READ = {"outside tolerance": "on a remake outside tolerance of its record",
             "redone": "before its 05 run was made again"}  # why a measurement is not read (:func:`measurements`)
 
 
+def _checkpoints(k: int) -> str:
+    return f"{k} checkpoint{'s' * (k != 1)}"
+
+
 def _remade(k: int, not_read: dict[str, int] | None = None) -> str:
-    """How many measurements were taken on a remake within tolerance of its checkpoint's record, and how many were
-    not read and why (``not_read``: :data:`NOT_READ`'s key -> count), as a sentence after a space; "" for none."""
-    parts = [f"{k} of them were measured on a checkpoint remade on another CPU's kernels, within tolerance of its "
-             "record rather than its bits"] if k else []
+    """On how many checkpoints the measured weights are a remake within tolerance of the record, and how many
+    measurements were not read and why (``not_read``: :data:`NOT_READ`'s key -> count), as sentences after a space;
+    "" for none."""
+    out = (f" On {_checkpoints(k)} the weights measured are a remake on another CPU's kernels, within tolerance of "
+           "the record rather than its bits." if k else "")
     left = {why: j for why, j in (not_read or {}).items() if j}
     if left:
-        parts.append(f"{sum(left.values())} more were measured but not read: " + ", ".join(
-            f"{j} {NOT_READ.get(why, why)}" for why, j in left.items()))
-    return f" {'; '.join(parts)}." if parts else ""
+        total = sum(left.values())
+        out += (f" Of the checkpoints measured, {total} {'is' if total == 1 else 'are'} not read: "
+                + ", ".join(f"{j} {NOT_READ.get(why, why)}" for why, j in left.items()) + ".")
+    return out
 
 
 def measured(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], shared: pd.DataFrame | None = None,
@@ -586,7 +595,8 @@ def verdict(ranks: pd.DataFrame, partial: pd.DataFrame, best: dict[str, str], sp
             f"{_against(b)}. Given it, FRAG's partial ρ is {interval(p.rho, p.low, p.high)}"
             + (": FRAG adds rank information." if p.adds else ", not resolved."))
     joined = measured(ranks, partial, best, shared, split, remade=remade, not_read=not_read)
-    out += [joined, coverage(measured_on or {}, n, header=not joined)]
+    short = coverage(measured_on or {}, n, header=not joined)
+    out += [joined, short + _remade(remade, not_read) if short and not joined else short]
     return "\n\n".join(o for o in out if o)
 
 
