@@ -187,40 +187,51 @@ def test_the_shared_term_table_is_each_signals_partial_rho_given_es_before():
 
 def test_a_measurement_joins_its_checkpoint_only_from_the_frontier_file_and_of_the_weights_its_05_run_names(
         tmp_path, monkeypatch):
-    """Or of a remake of them within tolerance of the 05 record (another CPU's bits), flagged as such."""
+    """Or of a remake of them within tolerance of the 05 record (another CPU's bits), which its status says."""
     monkeypatch.setattr(paths, "RUNS_DIR", tmp_path / "runs")
     (tmp_path / "params").mkdir()
     file = tmp_path / "params" / P.FRONTIER_10
     file.write_text("- {profile: t, unlearned_run: a}\n- {profile: t, unlearned_run: b}\n"
+                    "- {profile: t, unlearned_run: b, probe_lr: 0.002}\n"
                     "- {profile: t, unlearned_run: c}\n- {profile: t, unlearned_run: d}\n"
-                    "- {profile: t, unlearned_run: e}\n- {profile: t, model: profile-target}\n")
+                    "- {profile: t, unlearned_run: e}\n- {profile: t, unlearned_run: f}\n"
+                    "- {profile: t, unlearned_run: f, probe_lr: 0.002}\n- {profile: t, model: profile-target}\n")
     planned = runs.plan_run(P.MEASURES_NOTEBOOK, file)
-    shas = {"a": "sha-a", "b": "sha-b-then", "c": "sha-c", "d": "sha-d", "e": "sha-e", "": None}  # the 05 record's
+    # the 05 record's weights when each was measured: b's first measurement is of weights its 05 run no longer names
+    shas = {"a": "sha-a", "b": "sha-b-then", "c": "sha-c", "d": "sha-d", "e": "sha-e", "f": "sha-f", "": None}
     remade = {"c": None, "d": "within tolerance", "e": "outside tolerance"}  # measured on other bits than the record's
     # a second, complete run of a's checkpoint with another setting: not the frontier file's run, never read
     other = runs.plan_run(P.MEASURES_NOTEBOOK, None, {"profile": "t", "unlearned_run": "a", "probe_lr": 1e-3})[0]
     for spec in [*planned, other]:
-        u = spec.params["unlearned_run"]
+        u, again = spec.params["unlearned_run"], spec.params.get("probe_lr") == 0.002
         spec.out_dir.mkdir(parents=True)
         spec.executed.write_text("{}")
-        measured = f"{shas[u]}-remade" if u in remade else shas[u]
-        results = {"unlearned_run": u, "checkpoint_sha256": {"measured": measured, "recorded": shas[u]},
-                   "weights_as_recorded": u not in remade, "row": dict.fromkeys(P.MEASURED, 1.0),
+        sha = "sha-b-now" if (u, again) == ("b", True) else shas[u]
+        measured = f"{sha}-remade" if u in remade else sha
+        results = {"unlearned_run": u, "checkpoint_sha256": {"measured": measured, "recorded": sha},
+                   "weights_as_recorded": u not in remade, "row": dict.fromkeys(P.MEASURED, 2.0 if again else 1.0),
                    **({"checkpoint_drift": remade[u] and {"verdict": remade[u]}} if u in remade else {})}
         (spec.out_dir / paths.RESULTS_FILE).write_text(json.dumps({"provenance": {"params": spec.params},
                                                                    "results": results}))
     rec = types.SimpleNamespace(profile="t", planned=lambda nb, f: runs.plan_run(nb, tmp_path / "params" / f),
                                 method_by_run={run: {"results": {"checkpoint_sha256": {"unlearned": sha}}} for run, sha
                                                in (("a", "sha-a"), ("b", "sha-b-now"), ("c", "sha-c"), ("d", "sha-d"),
-                                                   ("e", "sha-e"))})
-    table = P.measures(rec)
-    # b's 05 run was redone since it was measured; c measured other weights than its record's, with no remake's drift
-    # to judge them by; e's remake landed outside tolerance; the target belongs to no 05 run
-    assert list(table.run) == ["05_unlearn/a", "05_unlearn/d"] and list(table.columns) == ["run", *P.MEASURED, "remade"]
-    assert list(table.remade) == [False, True]
-    every = P.measurements(rec).set_index("run").weights  # and why the others are not read
-    assert every.to_dict() == {"05_unlearn/a": "recorded", "05_unlearn/b": "redone", "05_unlearn/c": "unjudged",
-                               "05_unlearn/d": "within tolerance", "05_unlearn/e": "outside tolerance"}
+                                                   ("e", "sha-e"), ("f", "sha-f"))})
+    every = P.measurements(rec)
+    assert len(every) == 8 and every.run.value_counts()[["05_unlearn/b", "05_unlearn/f"]].tolist() == [2, 2]
+    table = P.measured_weights(rec).set_index("run")
+    # b's first measurement predates its 05 run's remake, its second reads the weights it names now; c measured other
+    # weights than its record's, with no remake's drift to judge them by; e's remake landed outside tolerance; f was
+    # measured twice on weights that count; the target belongs to no 05 run
+    assert table.weights.to_dict() == {"05_unlearn/a": "recorded", "05_unlearn/b": "recorded",
+                                       "05_unlearn/c": "unjudged", "05_unlearn/d": "within tolerance",
+                                       "05_unlearn/e": "outside tolerance", "05_unlearn/f": "measured twice"}
+    read = table[table.weights.isin(P.READ)]
+    assert read[list(P.MEASURED)].to_dict("index") == {"05_unlearn/a": dict.fromkeys(P.MEASURED, 1.0),
+                                                 "05_unlearn/b": dict.fromkeys(P.MEASURED, 2.0),
+                                                 "05_unlearn/d": dict.fromkeys(P.MEASURED, 1.0)}
+    assert table.drop(read.index)[list(P.MEASURED)].isna().all(axis=None)  # a measurement not read gives no number
+    assert set(table.weights) - set(P.READ) <= set(P.NOT_READ)  # the page can say why each is not read
     nb = json.loads((paths.NOTEBOOKS_DIR / "10_sharpness.ipynb").read_text())
     code = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
     assert all(f'"{s}":' in code for s in P.MEASURED)  # notebook 10's row holds every measured signal by its name

@@ -45,9 +45,9 @@ AUTHORS_SCALES = ("1B", "3B")  # the authors' model sizes: Llama-3.2-1B and 3B
 
 def checkpoints(rec: Records, healthy_rule: str = "paper", attack_data: str = "forget_retain") -> pd.DataFrame:
     """One row per frontier checkpoint healthy by ``healthy_rule`` that ``attack_data`` attacked: its method
-    (``model``), split, every signal of :data:`SIGNALS` the records hold, ``remade`` (its measured family was
-    taken on a remake within tolerance of its record: :func:`measures`), and per outcome of :data:`OUTCOMES` the
-    list of its seeds' values (``<outcome>_seeds``) and their mean."""
+    (``model``), split, every signal of :data:`SIGNALS` the records hold, ``weights`` (how the weights notebook 10
+    measured stand to its record: :func:`measured_weights`; its measured family is read where :data:`READ`), and per
+    outcome of :data:`OUTCOMES` the list of its seeds' values (``<outcome>_seeds``) and their mean."""
     from . import frontier
 
     if healthy_rule not in analysis.HEALTHY_RULES:
@@ -67,9 +67,8 @@ def checkpoints(rec: Records, healthy_rule: str = "paper", attack_data: str = "f
                    delta_es_seeds=df.delta_es,
                    es_after_seeds=[[b + d for d in ds] for b, ds in zip(df.es, df.delta_es)])
     df = df.assign(delta_es=df.delta_es_seeds.map(np.mean), es_after=df.es_after_seeds.map(np.mean))
-    df = df.merge(measures(rec), on="run", how="left")
-    df = df.assign(remade=df.remade.eq(True))  # measured on a remake within tolerance of its record
-    keep = ["model", "method", "forget_split", "strength", *[s for s in SIGNALS if s in df], "remade",
+    df = df.merge(measured_weights(rec), on="run", how="left").fillna({"weights": "not measured"})
+    keep = ["model", "method", "forget_split", "strength", *[s for s in SIGNALS if s in df], "weights",
             *[c for o in OUTCOMES for c in (o, f"{o}_seeds")], "attack_seeds", "run"]
     return df[keep]
 
@@ -94,14 +93,13 @@ def recovery(profile: str) -> pd.Series:
 READ = ("recorded", "within tolerance")  # the weights a measurement counts on: its record's, or a remake near them
 
 
-def measurements(rec: Records, unique: bool = True) -> pd.DataFrame:
+def measurements(rec: Records) -> pd.DataFrame:
     """Every complete run of notebook 10's frontier file (:data:`FRONTIER_10`; a run with other settings is not
     read) that measured a notebook-05 checkpoint, by that run (``run``): its measured family of :data:`SIGNALS` and
     ``weights``, how the weights it measured stand to the 05 record: ``recorded`` (bit for bit), ``within
     tolerance`` or ``outside tolerance`` (a remake on another CPU's kernels, judged by its drift against the
     record), ``unjudged`` (other bits, and no remake's drift that judged them), ``redone`` (the 05 run was made
-    again since: its record names other weights). ``unique``: a run measured twice is dropped (which to read is
-    not known)."""
+    again since: its record names other weights). A 05 run measured twice has two rows."""
     found = []
     for spec in rec.planned(MEASURES_NOTEBOOK, FRONTIER_10):
         if not spec.is_complete():
@@ -118,17 +116,19 @@ def measurements(rec: Records, unique: bool = True) -> pd.DataFrame:
         else:
             weights = (r.get("checkpoint_drift") or {}).get("verdict", "unjudged").replace("bit-identical", "recorded")
         found.append({"run": f"05_unlearn/{u}", **{s: r["row"][s] for s in MEASURED}, "weights": weights})
-    found = pd.DataFrame(found, columns=["run", *MEASURED, "weights"])
-    return found.drop_duplicates("run", keep=False) if unique else found
+    return pd.DataFrame(found, columns=["run", *MEASURED, "weights"])
 
 
-def measures(rec: Records) -> pd.DataFrame:
-    """The measured family of :data:`SIGNALS` by notebook-05 run (``run``) where it counts (:func:`measurements`):
-    on its record's weights bit for bit, or on a remake within tolerance of that record (``remade`` True). A 05 run
-    redone since, or a remake outside tolerance, is not read."""
-    m = measurements(rec, unique=False)
-    m = m[m.weights.isin(READ)].drop_duplicates("run", keep=False)  # one that is not read leaves the other
-    return m.assign(remade=m.weights.eq("within tolerance")).drop(columns="weights").reset_index(drop=True)
+def measured_weights(rec: Records) -> pd.DataFrame:
+    """By notebook-05 run (``run``): ``weights``, how the weights notebook 10 measured stand to its record
+    (:func:`measurements`; ``measured twice`` where two runs measured it on weights that count), and its measured
+    family of :data:`SIGNALS` where it counts (:data:`READ`: on its record's bits, or on a remake within tolerance
+    of that record). A 05 run redone since, or a remake outside tolerance, is not read; a read one leaves the others."""
+    m = measurements(rec)
+    n_read = m.weights.isin(READ).groupby(m.run).transform("sum")
+    m = m.assign(weights=m.weights.mask(n_read > 1, "measured twice"))  # which to read is not known
+    m = m.sort_values("weights", key=lambda w: ~w.isin(READ), kind="stable").drop_duplicates("run")
+    return m.assign(**{s: m[s].where(m.weights.isin(READ)) for s in MEASURED}).reset_index(drop=True)
 
 
 MEASURED_MIN_SHARE = 0.5  # a measured signal joins the tables once recorded on this share of the checkpoints
@@ -490,7 +490,8 @@ def _by_split(ranks: pd.DataFrame, signal: str) -> str:
 
 NOT_READ = {"outside tolerance": "on a remake outside tolerance of its record",
             "unjudged": "on other weights than its record's, with no remake's drift recorded",
-            "redone": "before its 05 run was made again"}  # why a measurement is not read (:func:`measurements`)
+            "redone": "before its 05 run was made again",
+            "measured twice": "by two runs, so which to read is not known"}  # why not read (:func:`measured_weights`)
 
 
 def _checkpoints(k: int) -> str:
