@@ -127,10 +127,14 @@ def test_paper_table3_takes_one_main_checkpoint_per_method_and_split_without_ga(
     # the authors' values beside each row, typed from their sources (data/reference/authors_table3.csv)
     beside = A.table3_beside_authors(table).set_index(["subset", "predictor"])
     assert beside.loc[("all", "FRAG_x100"), "authors_pooled"] == -0.60  # the Eq. 5 gap, recomputed
-    assert beside.loc[("all", "FRAG_x100"), "paper_printed"] == -0.78  # printed: cos F alone
+    assert beside.loc[("all", "FRAG_x100"), "paper_pooled"] == -0.78  # printed: cos F alone
+    # the paper's Table 3 at 1B and 3B, as printed: global L2 and "FRAG", all and without FRP
+    printed = beside[["paper_1B", "paper_3B"]]
+    assert printed.loc[("all", "l2_all")].tolist() == [-0.56, -0.17]
+    assert printed.loc[("w/o FRP", "FRAG_x100")].tolist() == [-0.85, -0.71]
     assert beside.loc[("w/o FRP", "l2_all"), "authors_1B"] == -0.36
     assert beside.loc[("all", "A_r_x100"), "authors_pooled"] == -0.68 and np.isnan(beside.loc[("all", "A_r_x100"),
-                                                                                               "paper_printed"])
+                                                                                               "paper_1B"])
     assert beside.loc[("all", "l2_all"), "rho"] == by.loc[("all", "l2_all"), "rho"]  # this repository's own, kept
 
 
@@ -301,10 +305,15 @@ def test_table1_claims_compare_frp_with_the_lowest_baseline_and_flag_collapsed_m
     # a margin inside the attack seeds' spread is named: ΔES 0.050 vs 0.100 at a spread of 0.06, ES 0.1 is not
     spread = A.table1_claims(table1, target_model_utility=0.3, seed_spread=0.06).set_index("attack")
     assert spread.loc["retain", "verdict"] == (
-        "holds; not resolved: the margin in ΔES by 0.050 is inside the attack-seed spread (0.060); utility collapsed: "
+        "holds for ES; not resolved for ΔES (margin 0.050, inside the attack-seed spread 0.060); utility collapsed: "
         "Model Utility before the attack below 0.5 x the target's (0.150), SP 0.050")
+    assert spread.loc["retain", "what_follows"].startswith("at 135M the attack's seeds cannot tell FRP")
+    assert short_verdict(spread.loc["retain", "verdict"]) == "holds for ES; not resolved for ΔES; utility collapsed"
+    both = A.table1_claims(table1, target_model_utility=0.3, seed_spread=0.2).set_index("attack")
+    assert both.loc["retain", "verdict"].startswith(  # ES 0.300 vs 0.400, ΔES 0.050 vs 0.100: both inside 0.2
+        "not resolved (margin ES 0.100 and ΔES 0.050, inside the attack-seed spread 0.200); ")
     assert forget.verdict == "does not hold" and forget.what_follows.startswith("at 135M a baseline keeps less")
-    assert fr.verdict.startswith("holds for ES, not for ΔES; ")
+    assert fr.verdict.startswith("holds for ES; does not hold for ΔES; ")
     # FRP collapsed before the attack: its lower ES is not called robustness, whatever the utility after it
     frp_collapsed = table1.assign(mu_before=np.where(table1.model.eq("FRP (P 0)"), 0.0, 0.3))
     c = A.table1_claims(frp_collapsed, target_model_utility=0.3)
@@ -314,7 +323,7 @@ def test_table1_claims_compare_frp_with_the_lowest_baseline_and_flag_collapsed_m
     assert c.iloc[0].frp_model_utility == 0.0
     only_delta = table1.assign(forget_es=np.where(table1.model.eq("FRP (P 0)"), 0.9, table1.forget_es),
                                forget_delta_es=np.where(table1.model.eq("FRP (P 0)"), 0.01, table1.forget_delta_es))
-    assert A.table1_claims(only_delta, 0.3).iloc[1].verdict == "holds for ΔES, not for ES"
+    assert A.table1_claims(only_delta, 0.3).iloc[1].verdict == "does not hold for ES; holds for ΔES"
     # a baseline's average missing (a split not recorded): no verdict for that attack only
     missing = table1.copy()
     missing.loc[missing.model.eq("RMU"), "retain_es"] = np.nan

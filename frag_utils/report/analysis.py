@@ -93,11 +93,13 @@ def _authors_rho(scale: str, printed: bool = False) -> pd.Series:
 
 
 def table3_beside_authors(ours: pd.DataFrame) -> pd.DataFrame:
-    """:func:`paper_table3` with the authors' recomputation per scale beside each row, and the pooled value
-    the paper prints (``paper_printed``; its FRAG column is cos F alone, so it stands in the FRAG row)."""
+    """:func:`paper_table3` with, beside each row, the authors' recomputation (``authors_<scale>``) and the value
+    the paper prints (``paper_<scale>``; its FRAG column is cos F alone, and stands in the FRAG row, as printed),
+    at 1B, 3B and pooled."""
     name = ours.predictor.map(AUTHORS_PREDICTOR)
     beside = {f"authors_{scale}": _authors_rho(scale) for scale in ("1B", "3B", "pooled")}
-    beside["paper_printed"] = _authors_rho("pooled", printed=True).rename(index={"frag_printed": "frag_gap"})
+    beside |= {f"paper_{scale}": _authors_rho(scale, printed=True).rename(index={"frag_printed": "frag_gap"})
+               for scale in ("1B", "3B", "pooled")}
     return ours.assign(**{k: [v.get((s, p), float("nan")) for s, p in zip(ours.subset, name)]
                           for k, v in beside.items()})
 
@@ -223,8 +225,9 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
     against the lowest baseline, forget ES after the attack and ΔES, in the paper at 1B and here (``table1``'s
     rows of ``weights``, each attack at the mean over its few seeds), with a verdict read off the numbers. It
     names the compared models below ``min_utility_fraction`` of the target's utility ("a utility-collapsed model
-    is not meaningfully robust"), and calls a margin under ``seed_spread`` (the widest range of ΔES over one
-    checkpoint's seeds: conservative, as means over a few seeds move less) not resolved."""
+    is not meaningfully robust"), and calls a measure whose margin is under ``seed_spread`` (the widest range of
+    ΔES over one checkpoint's seeds: conservative, as means over a few seeds move less) not resolved, whichever
+    way it points."""
     paper = paper_table1()
     ours = table1[table1.weights.eq(weights) & table1.model.isin(list(TABLE1_KEYS))] if len(table1) else table1
     ours = ours.set_index(ours.model.map(TABLE1_KEYS)) if len(ours) else ours
@@ -242,14 +245,15 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
             base = ours.loc[list(TABLE1_BASELINES)]
             es, es_low = _lowest(base[cols[0]], ours.loc["frp_p0", cols[0]])
             delta, delta_low = _lowest(base[cols[1]], ours.loc["frp_p0", cols[1]])
-            verdict = {(True, True): "holds", (True, False): "holds for ES, not for ΔES",
-                       (False, True): "holds for ΔES, not for ES", (False, False): "does not hold"}[(es_low, delta_low)]
             margins = {"ES": abs(ours.loc["frp_p0", cols[0]] - base[cols[0]].min()),
                        "ΔES": abs(ours.loc["frp_p0", cols[1]] - base[cols[1]].min())}
-            inside = [f"{k} by {v:.3f}" for k, v in margins.items() if v < seed_spread]
-            if inside:
-                verdict += (f"; not resolved: the margin in {' and '.join(inside)} is inside the attack-seed spread "
-                            f"({seed_spread:.3f})")
+            status = {k: "not resolved" if margins[k] < seed_spread else "holds" if low else "does not hold"
+                      for k, low in (("ES", es_low), ("ΔES", delta_low))}
+            inside = [f"{k} {v:.3f}" for k, v in margins.items() if v < seed_spread]
+            why = (f" (margin {' and '.join(inside) if len(inside) > 1 else inside[0].split()[1]}, inside the "
+                   f"attack-seed spread {seed_spread:.3f})") if inside else ""
+            verdict = (status["ES"] + why if len(set(status.values())) == 1 else  # one word for both measures
+                       "; ".join(f"{v} for {k}" + (why if v == "not resolved" else "") for k, v in status.items()))
             named = dict.fromkeys(["frp_p0", base[cols[0]].idxmin(), base[cols[1]].idxmin()])
             collapsed = [m for m in named if ours.loc[m, "mu_before"] < floor]
             if collapsed:
@@ -258,8 +262,11 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
                                                                        for m in collapsed))
             follows = ("FRP's low forget ES comes with a collapsed model: by the paper's premise, not robustness"
                        if "frp_p0" in collapsed and (es_low or delta_low) else
-                       "at 135M FRP resists this attack best, with its utility kept" if es_low and delta_low else
-                       "at 135M a baseline keeps less of the forgotten knowledge by at least one of the two measures")
+                       "at 135M FRP resists this attack best, with its utility kept"
+                       if set(status.values()) == {"holds"} else
+                       "at 135M a baseline keeps less of the forgotten knowledge by at least one of the two measures"
+                       if "does not hold" in status.values() else
+                       "at 135M the attack's seeds cannot tell FRP from the best baseline by at least one measure")
             mu = float(ours.loc["frp_p0", "mu_before"])
         else:
             es = delta = verdict = "not measured yet"

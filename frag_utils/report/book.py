@@ -17,7 +17,7 @@ SOURCES = "source_runs"
 # What the Markdown a page shows leaves to the CSV beside it (:func:`for_the_eye`): run paths, the
 # bootstrap's bookkeeping, the authors' other model sizes, sentences of reasoning
 HIDDEN = {"resampled", "degenerate_resamples", "p_perm", "within_p_perm", "within_strata", "requires", "authors_3B",
-          "authors_pooled", "what_follows", "target_utility_wo_fragile"}
+          "authors_pooled", "paper_3B", "paper_pooled", "what_follows", "target_utility_wo_fragile"}
 MAX_COLUMNS = 12
 
 

@@ -69,7 +69,7 @@ def table3(rec, fr: pd.DataFrame, repeats: pd.DataFrame, n_boot: int) -> dict[st
         if len(chosen) >= 4:
             chosen = _with_repeats(chosen, repeats, read)
             table = analysis.table3_beside_authors(analysis.paper_table3(chosen, n_boot=n_boot))
-            by_precision.append(table.assign(weights=weights, checkpoints=len(chosen)))
+            by_precision.append(table.assign(weights=weights))
             checkpoints.append(chosen)
             recovered.append(analysis.paper_table3(chosen.assign(delta_es=chosen.recovered_seeds),
                                                    n_boot=n_boot).assign(weights=weights))
