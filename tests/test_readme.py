@@ -89,18 +89,27 @@ def test_readme_is_short_and_its_relative_links_reach_files_and_sections():
     assert set(pages[1:]) <= linked
 
 
-def test_readme_counts_the_attacks_not_yet_recorded_as_the_runner_does():
-    """The README's "N attacks being recorded" (named only while some are missing) is the runner's
-    own count of the smol profile's notebook-06 runs without a complete record: a record committed
-    without updating the README (or the other way round) fails here."""
+def test_the_docs_count_the_runs_not_yet_recorded_as_the_runner_does():
+    """The README's and the status's "N of the M runs" recorded, and "the K left are notebook NN's", are the
+    runner's own count of the smol profile's runs without a complete record, collectors left out ("every run"
+    once none is left): a record committed without updating the docs (or the other way round) fails here."""
     from frag_utils import runs
 
-    text = " ".join(paths.REPO_ROOT.joinpath("README.md").read_text().split())
-    m = re.search(r"(\d+) attacks being recorded", text)
-    wanted = int(m.group(1)) if m else 0  # every attack recorded: the README says none is being recorded
-    missing = [spec.name for spec in runs.grid("smol") if spec.notebook.stem == "06_attacks" and not spec.is_complete()]
-    assert len(missing) == wanted, (
-        f"README says {wanted} attacks unrecorded; the records leave {len(missing)}: {missing[:3]}")
+    grid = [spec for spec in runs.grid("smol") if spec.notebook.stem not in runs.COLLECTORS]  # as grid_times counts
+    missing = [spec for spec in grid if not spec.is_complete()]
+    for page in ("README.md", "docs/reproducibility.md"):
+        text = " ".join(paths.REPO_ROOT.joinpath(page).read_text().split())
+        counted = re.search(r"(\d+) of the (\d+) runs the `smol` profile's files list", text)
+        left = re.search(r"[Tt]he (\d+) left are notebook (\d+)'s", text)
+        if not missing:
+            assert not (counted or left) and "records of every run" in text, f"{page}: every run is recorded now"
+            continue
+        assert counted and (int(counted[1]), int(counted[2])) == (len(grid) - len(missing), len(grid)), (
+            f"{page} counts {counted and counted.group(0)!r}; the records hold {len(grid) - len(missing)} of "
+            f"{len(grid)}")
+        notebooks = {spec.notebook.stem[:2] for spec in missing}
+        assert left and int(left[1]) == len(missing) and notebooks == {left[2]}, (
+            f"{page}: {left and left.group(0)!r}, but {len(missing)} are left, of notebooks {sorted(notebooks)}")
 
 
 def test_readme_rerun_recipe_plans_its_jobs_on_the_kernel_path_of_the_records_it_reads(monkeypatch):

@@ -399,7 +399,8 @@ def utility_bands(df: pd.DataFrame, edges: Sequence[float] = (0.5, 0.75, 1.0, np
 
 def headline(table3: pd.DataFrame, subset: str = "all") -> pd.DataFrame:
     """The README's one short table: per predictor of Table 3 over ``subset``, the paper's value at 1B (its FRAG
-    column, cos F, in the FRAG row as it names it), the authors' recomputation, ours with its interval and n."""
+    column, cos F, in the FRAG row as it names it, marked "(cos F)"), the authors' recomputation, ours with its
+    interval and n."""
     def signed(v: float) -> str:
         return "—" if pd.isna(v) else f"{v:+.2f}"
 
@@ -410,7 +411,8 @@ def headline(table3: pd.DataFrame, subset: str = "all") -> pd.DataFrame:
     return pd.DataFrame({
         "predictor": rows.predictor.map({"l2_all": "global L2", "FRAG_x100": "FRAG gap (Eq. 5)",
                                          "A_f_x100": "cos(F, ΔW²)", "A_r_x100": "cos(R, ΔW²)"}),
-        "paper_1B": [signed(printed.get((subset, AUTHORS_PREDICTOR[p]), np.nan)) for p in rows.predictor],
+        "paper_1B": [signed(v) + (" (cos F)" if p == "FRAG_x100" and pd.notna(v) else "")  # what it printed as FRAG
+                     for p in rows.predictor for v in [printed.get((subset, AUTHORS_PREDICTOR[p]), np.nan)]],
         "authors_1B": [signed(v) for v in rows.authors_1B],
         "ours": [f"{r:+.2f} [{lo:+.2f}, {hi:+.2f}]" for r, lo, hi in zip(rows.rho, rows.low, rows.high)],
         "n": [f"{int(n)} ({int(m)} methods)" for n, m in zip(rows.n, rows.methods)]}).reset_index(drop=True)
