@@ -312,6 +312,12 @@ def test_table1_claims_compare_frp_with_the_lowest_baseline_and_flag_collapsed_m
     both = A.table1_claims(table1, target_model_utility=0.3, seed_spread=0.2).set_index("attack")
     assert both.loc["retain", "verdict"].startswith(  # ES 0.300 vs 0.400, ΔES 0.050 vs 0.100: both inside 0.2
         "not resolved (margin ES 0.100 and ΔES 0.050, inside the attack-seed spread 0.200); ")
+    assert both.loc["retain", "what_follows"].startswith("at 135M the attack's seeds cannot tell FRP")
+    # forget: ES 0.300 vs 0.200 (0.1 above, outside 0.06), ΔES 0.450 vs 0.100: a baseline keeps less, resolved
+    assert spread.loc["forget", "verdict"] == "does not hold"
+    assert both.loc["forget", "verdict"] == (  # at 0.2 the ES margin is inside, the ΔES margin 0.35 is not
+        "not resolved for ES (margin 0.100, inside the attack-seed spread 0.200); does not hold for ΔES")
+    assert both.loc["forget", "what_follows"].startswith("at 135M a baseline keeps less")
     assert forget.verdict == "does not hold" and forget.what_follows.startswith("at 135M a baseline keeps less")
     assert fr.verdict.startswith("holds for ES; does not hold for ΔES; ")
     # FRP collapsed before the attack: its lower ES is not called robustness, whatever the utility after it
@@ -319,7 +325,10 @@ def test_table1_claims_compare_frp_with_the_lowest_baseline_and_flag_collapsed_m
     c = A.table1_claims(frp_collapsed, target_model_utility=0.3)
     assert c.iloc[0].verdict == ("holds; utility collapsed: Model Utility before the attack below 0.5 x the target's "
                                  "(0.150), FRP (P 0) 0.000")
-    assert c.iloc[0].what_follows.startswith("FRP's low forget ES comes with a collapsed model")
+    assert c.iloc[0].what_follows.startswith("FRP's lowest ES and ΔES comes with a collapsed model")
+    # ... nor a lower ΔES inside the seeds' spread: only what holds is named
+    c = A.table1_claims(frp_collapsed, target_model_utility=0.3, seed_spread=0.06)
+    assert c.iloc[0].what_follows.startswith("FRP's lowest ES comes with a collapsed model")
     assert c.iloc[0].frp_model_utility == 0.0
     only_delta = table1.assign(forget_es=np.where(table1.model.eq("FRP (P 0)"), 0.9, table1.forget_es),
                                forget_delta_es=np.where(table1.model.eq("FRP (P 0)"), 0.01, table1.forget_delta_es))

@@ -260,8 +260,9 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
                 verdict += (f"; utility collapsed: Model Utility before the attack below {min_utility_fraction:g} x "
                             f"the target's ({floor:.3f}), " + ", ".join(f"{_LABELS[m]} {ours.loc[m, 'mu_before']:.3f}"
                                                                        for m in collapsed))
-            follows = ("FRP's low forget ES comes with a collapsed model: by the paper's premise, not robustness"
-                       if "frp_p0" in collapsed and (es_low or delta_low) else
+            held = [k for k, v in status.items() if v == "holds"]
+            follows = (f"FRP's lowest {' and '.join(held)} comes with a collapsed model: by the paper's premise, not "
+                       "robustness" if "frp_p0" in collapsed and held else
                        "at 135M FRP resists this attack best, with its utility kept"
                        if set(status.values()) == {"holds"} else
                        "at 135M a baseline keeps less of the forgotten knowledge by at least one of the two measures"

@@ -70,7 +70,7 @@ def short_verdict(text: Any) -> Any:
     if not isinstance(text, str):
         return text
     clauses = [re.sub(r" \([^()]*(\([^()]*\)[^()]*)*\)", "", c).strip() for c in text.split("; ")]
-    if len("; ".join(clauses)) > 60:  # "not resolved: the margin in ... is inside ..." -> "not resolved"
+    if len("; ".join(clauses)) > 60:  # "not resolved: the interval includes 0" -> "not resolved"
         clauses = [c.split(": ")[0] if len(c) > 30 else c for c in clauses]
     return "; ".join(clauses)
 

@@ -46,7 +46,8 @@ AUTHORS_SCALES = ("1B", "3B")  # the authors' model sizes: Llama-3.2-1B and 3B
 def checkpoints(rec: Records, healthy_rule: str = "paper", attack_data: str = "forget_retain") -> pd.DataFrame:
     """One row per frontier checkpoint healthy by ``healthy_rule`` that ``attack_data`` attacked: its method
     (``model``), split, every signal of :data:`SIGNALS` the records hold, ``weights`` (how the weights notebook 10
-    measured stand to its record: :func:`measured_weights`; its measured family is read where :data:`READ`), and per
+    measured stand to its record: :func:`measured_weights`, ``not measured`` where no run measured them; its
+    measured family is read where :data:`READ`), and per
     outcome of :data:`OUTCOMES` the list of its seeds' values (``<outcome>_seeds``) and their mean."""
     from . import frontier
 
@@ -123,11 +124,13 @@ def measured_weights(rec: Records) -> pd.DataFrame:
     """By notebook-05 run (``run``): ``weights``, how the weights notebook 10 measured stand to its record
     (:func:`measurements`; ``measured twice`` where two runs measured it on weights that count), and its measured
     family of :data:`SIGNALS` where it counts (:data:`READ`: on its record's bits, or on a remake within tolerance
-    of that record). A 05 run redone since, or a remake outside tolerance, is not read; a read one leaves the others."""
+    of that record). A status outside READ is not read (:data:`NOT_READ` says why). Of a run's several measurements
+    the one read is kept, else the first reason of :data:`NOT_READ`'s order."""
     m = measurements(rec)
     n_read = m.weights.isin(READ).groupby(m.run).transform("sum")
     m = m.assign(weights=m.weights.mask(n_read > 1, "measured twice"))  # which to read is not known
-    m = m.sort_values("weights", key=lambda w: ~w.isin(READ), kind="stable").drop_duplicates("run")
+    order = {w: i for i, w in enumerate([*READ, *NOT_READ])}
+    m = m.sort_values("weights", key=lambda w: w.map(order), kind="stable").drop_duplicates("run")
     return m.assign(**{s: m[s].where(m.weights.isin(READ)) for s in MEASURED}).reset_index(drop=True)
 
 
@@ -488,10 +491,10 @@ def _by_split(ranks: pd.DataFrame, signal: str) -> str:
     return " (" + ", ".join(f"{known[s]} of {s}'s {total[s]}" for s in splits_) + ")"
 
 
-NOT_READ = {"outside tolerance": "on a remake outside tolerance of its record",
+NOT_READ = {"measured twice": "by two runs, so which to read is not known",
+            "outside tolerance": "on a remake outside tolerance of its record",
             "unjudged": "on other weights than its record's, with no remake's drift recorded",
-            "redone": "before its 05 run was made again",
-            "measured twice": "by two runs, so which to read is not known"}  # why not read (:func:`measured_weights`)
+            "redone": "before its 05 run was made again"}  # why not read (:func:`measured_weights`), first first
 
 
 def _checkpoints(k: int) -> str:
