@@ -559,3 +559,11 @@ def test_the_frontier_reads_each_split_alone_only_when_several_are_attacked():
     assert list(subsets) == ["all", "w/o FRP", "pruning", "dense", "forget10", "forget05"]
     assert subsets["forget05"].tolist() == [False, False, True, True]
     assert list(A.frontier_subsets(df.assign(forget_split="forget10"))) == ["all", "w/o FRP", "pruning", "dense"]
+
+
+def test_the_frontier_reads_the_papers_seven_methods_alone_only_when_others_join_them():
+    df = pd.DataFrame({"method": ["ga", "frp", "simnpo", "wga", "sp"], "forget_split": ["forget10"] * 5})
+    subsets = A.frontier_subsets(df)
+    assert list(subsets) == ["all", "w/o FRP", "pruning", "dense", "paper's 7"]
+    assert subsets["paper's 7"].tolist() == [True, True, False, False, True]
+    assert "paper's 7" not in A.frontier_subsets(df[df.method.isin(A.PAPER_METHODS)])

@@ -305,11 +305,17 @@ def healthy_by_rule(df: pd.DataFrame) -> pd.DataFrame:
                      healthy_parts=forgets & (df.utility_wo_fragile >= 0.5 * df.target_utility_wo_fragile))
 
 
+PAPER_METHODS = ("ga", "graddiff", "npo", "rmu", "sp", "frp")  # the paper's; FRP at two vetoes: its seven models
+
+
 def frontier_subsets(df: pd.DataFrame) -> dict[str, pd.Series]:
-    """Table 3's columns on the frontier: the paper's two, each family, and each forget split alone where
-    several are attacked (does a reading of one split hold on the other?)."""
+    """Table 3's columns on the frontier: the paper's two, each family, the paper's seven methods alone where others
+    join them (``paper's 7``), and each forget split alone where several are attacked (does a reading of one split
+    hold on the other?)."""
     subsets = {"all": df.method.ne(""), "w/o FRP": df.method.ne("frp"), "pruning": df.method.isin(PRUNING),
                "dense": ~df.method.isin(PRUNING)}
+    if not df.method.isin(PAPER_METHODS).all():
+        subsets["paper's 7"] = df.method.isin(PAPER_METHODS)
     splits = list(dict.fromkeys(df.forget_split))
     return {**subsets, **({s: df.forget_split.eq(s) for s in splits} if len(splits) > 1 else {})}
 

@@ -26,7 +26,7 @@ PREDICTOR_WORDS = {"l2_all": "global L2", "FRAG_x100": "FRAG's gap", "A_f_x100":
                    "A_r_x100": "cos(R, ΔW²)"}
 # the paper's methods: the frontier's notebook-07 runs and attack variants study these; the methods added beyond
 # them (SimNPO, IdkDPO, UNDIAL, WGA) join the frontier's attacks and tables and leave those choices as they were
-PAPER_METHODS = ("ga", "graddiff", "npo", "rmu", "sp", "frp")
+PAPER_METHODS = analysis.PAPER_METHODS
 COLUMNS = ["model", "method", "forget_split", "strength", "es", "target_es", "model_utility", "target_model_utility",
            "utility_wo_fragile", "target_utility_wo_fragile", "forgets", "healthy_paper", "healthy_parts", "l2_all",
            "FRAG_x100", "A_f_x100", "A_r_x100", "run"]
