@@ -352,9 +352,11 @@ def partial_view(partial: pd.DataFrame) -> pd.DataFrame:
 
 
 def shared_view(shared: pd.DataFrame) -> pd.DataFrame:
-    """A row per signal: ρ with ES before, ρ with ΔES, and the partial ρ with ΔES given ES before."""
+    """A row per signal: ρ with ES before, ρ with ΔES, the partial ρ with ΔES given ES before, and on how many
+    checkpoints."""
     return pd.DataFrame({"signal": shared.words, "ρ with ES before": shared.rho_es_before, "ρ with ΔES": shared.rho,
-                         "ρ with ΔES given ES before": _ci(shared, "partial", "partial_low", "partial_high")})
+                         "ρ with ΔES given ES before": _ci(shared, "partial", "partial_low", "partial_high"),
+                         "n": shared.n})
 
 
 def authors_view(baselines: pd.DataFrame) -> pd.DataFrame:
