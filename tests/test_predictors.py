@@ -381,3 +381,25 @@ def test_the_verdict_reads_the_measured_signals_once_and_says_which_are_not_yet_
     assert (P.partial_view(partial10).query("signal == '‖∇ forget loss‖'").forget05 == "—").all()
     g = shared.set_index("signal").loc["grad_norm_forget"]
     assert f"(ρ with the forget ES before {g.rho_es_before:+.2f}; given it, {g.partial:+.2f} [" in text
+
+
+def test_what_the_results_page_says_of_the_sharpness_numbers_is_what_notebook_10_recorded():
+    """The page's reading of SAM and random sharpness at the fixed radius (the loss at the SAM point against a
+    uniform guess, ln |V| of SmolLM2's vocabulary; the random rises' sign) counts every recorded smol run of
+    notebook 10: a record added without rereading it fails here."""
+    import math
+    import re
+
+    rows = [json.loads(f.read_text())["results"]["row"]
+            for f in sorted((paths.RUNS_DIR / P.MEASURES_NOTEBOOK).glob(f"smol*/{paths.RESULTS_FILE}"))]
+    at_sam = np.array([r["loss_forget"] + r["sharpness_sam"] for r in rows])
+    rises = np.array([r["sharpness_random"] for r in rows])
+    text = " ".join((paths.REPO_ROOT / "docs" / "results" / "what-ranks-relearning.md").read_text().split())
+    said = re.search(r"the forget loss is (\d+) to (\d+) nats per token on all (\d+) models notebook 10 measured, "
+                     r"above ln \|V\| = ([\d.]+)", text)
+    assert said, "the page no longer says what the loss at the SAM point is"
+    assert (int(said[1]), int(said[2]), int(said[3])) == (round(at_sam.min()), round(at_sam.max()), len(rows))
+    assert float(said[4]) == round(math.log(49152), 1) and (at_sam > math.log(49152)).all()
+    negative = re.search(r"negative on (\d+) of the (\d+) \(median (−?[\d.]+)\)", text)
+    assert negative and (int(negative[1]), int(negative[2])) == (int((rises < 0).sum()), len(rows))
+    assert float(negative[3].replace("−", "-")) == round(float(np.median(rises)), 3)
