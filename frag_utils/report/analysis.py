@@ -249,9 +249,9 @@ def table1_claims(table1: pd.DataFrame, target_model_utility: float, weights: st
                        "ΔES": abs(ours.loc["frp_p0", cols[1]] - base[cols[1]].min())}
             status = {k: "not resolved" if margins[k] < seed_spread else "holds" if low else "does not hold"
                       for k, low in (("ES", es_low), ("ΔES", delta_low))}
-            inside = [f"{k} {v:.3f}" for k, v in margins.items() if v < seed_spread]
-            why = (f" (margin {' and '.join(inside) if len(inside) > 1 else inside[0].split()[1]}, inside the "
-                   f"attack-seed spread {seed_spread:.3f})") if inside else ""
+            inside = {k: f"{v:.3f}" for k, v in margins.items() if v < seed_spread}  # the measure named where both are
+            said = " and ".join(f"{k} {v}" for k, v in inside.items()) if len(inside) > 1 else "".join(inside.values())
+            why = f" (margin {said}, inside the attack-seed spread {seed_spread:.3f})" if inside else ""
             verdict = (status["ES"] + why if len(set(status.values())) == 1 else  # one word for both measures
                        "; ".join(f"{v} for {k}" + (why if v == "not resolved" else "") for k, v in status.items()))
             named = dict.fromkeys(["frp_p0", base[cols[0]].idxmin(), base[cols[1]].idxmin()])
@@ -405,13 +405,12 @@ def utility_bands(df: pd.DataFrame, edges: Sequence[float] = (0.5, 0.75, 1.0, np
 
 
 def headline(table3: pd.DataFrame, subset: str = "all") -> pd.DataFrame:
-    """The README's one short table: per predictor of Table 3 over ``subset``, the paper's value at 1B (its FRAG
-    column, cos F, in the FRAG row as it names it, marked "(cos F)"), the authors' recomputation, ours with its
-    interval and n."""
+    """The README's one short table: per predictor of Table 3 over ``subset`` (:func:`table3_beside_authors`), the
+    paper's value at 1B (its FRAG column, cos F, in the FRAG row as it names it, marked "(cos F)"), the authors'
+    recomputation, ours with its interval and n."""
     def signed(v: float) -> str:
         return "—" if pd.isna(v) else f"{v:+.2f}"
 
-    printed = _authors_rho("1B", printed=True).rename(index={"frag_printed": "frag_gap"})
     if not len(table3):  # nothing attacked yet (a partial grid, the paper dry run's first collection)
         return pd.DataFrame(columns=["predictor", "paper_1B", "authors_1B", "ours", "n"])
     rows = table3[table3.subset.eq(subset)]
@@ -419,7 +418,7 @@ def headline(table3: pd.DataFrame, subset: str = "all") -> pd.DataFrame:
         "predictor": rows.predictor.map({"l2_all": "global L2", "FRAG_x100": "FRAG gap (Eq. 5)",
                                          "A_f_x100": "cos(F, ΔW²)", "A_r_x100": "cos(R, ΔW²)"}),
         "paper_1B": [signed(v) + (" (cos F)" if p == "FRAG_x100" and pd.notna(v) else "")  # what it printed as FRAG
-                     for p in rows.predictor for v in [printed.get((subset, AUTHORS_PREDICTOR[p]), np.nan)]],
+                     for p, v in zip(rows.predictor, rows.paper_1B)],
         "authors_1B": [signed(v) for v in rows.authors_1B],
         "ours": [f"{r:+.2f} [{lo:+.2f}, {hi:+.2f}]" for r, lo, hi in zip(rows.rho, rows.low, rows.high)],
         "n": [f"{int(n)} ({int(m)} methods)" for n, m in zip(rows.n, rows.methods)]}).reset_index(drop=True)

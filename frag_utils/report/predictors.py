@@ -47,8 +47,8 @@ def checkpoints(rec: Records, healthy_rule: str = "paper", attack_data: str = "f
     """One row per frontier checkpoint healthy by ``healthy_rule`` that ``attack_data`` attacked: its method
     (``model``), split, every signal of :data:`SIGNALS` the records hold, ``weights`` (how the weights notebook 10
     measured stand to its record: :func:`measured_weights`, ``not measured`` where no run measured them; its
-    measured family is read where :data:`READ`), and per
-    outcome of :data:`OUTCOMES` the list of its seeds' values (``<outcome>_seeds``) and their mean."""
+    measured family is read where :data:`READ`), and per outcome of :data:`OUTCOMES` the list of its seeds' values
+    (``<outcome>_seeds``) and their mean."""
     from . import frontier
 
     if healthy_rule not in analysis.HEALTHY_RULES:
